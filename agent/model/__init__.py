@@ -1,0 +1,1 @@
+"""Pure data model: parsing MachineConfigs, Ignition, image references and bootc status."""

@@ -1,0 +1,128 @@
+"""`bootc status` documents (org.containers.bootc/v1 BootcHost, older v1alpha1 too).
+
+Unknown fields are ignored and newer fields are optional, as bootc's own deserializer does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.errors import InputError
+from agent.model.document import load_document
+
+
+@dataclass(frozen=True)
+class ImageStatus:
+    image: str
+    transport: str
+    digest: str
+    version: str | None = None
+    timestamp: str | None = None
+    architecture: str | None = None
+
+
+@dataclass(frozen=True)
+class BootEntry:
+    image: ImageStatus | None
+    cached_update: ImageStatus | None = None
+    incompatible: bool = False
+    pinned: bool = False
+    soft_reboot_capable: bool = False
+    download_only: bool = False
+
+    @property
+    def digest(self) -> str | None:
+        return self.image.digest if self.image else None
+
+
+@dataclass(frozen=True)
+class BootcHost:
+    booted: BootEntry | None = None
+    staged: BootEntry | None = None
+    rollback: BootEntry | None = None
+    rollback_queued: bool = False
+    other_deployments: tuple[BootEntry, ...] = ()
+    spec_image: str | None = None
+
+    @property
+    def booted_digest(self) -> str | None:
+        return self.booted.digest if self.booted else None
+
+    @property
+    def staged_digest(self) -> str | None:
+        return self.staged.digest if self.staged else None
+
+    @property
+    def booted_ref(self) -> str | None:
+        """The booted image as `name@digest`, the only proof of what runs."""
+        if not (self.booted and self.booted.image):
+            return None
+        name = self.booted.image.image.split("@", 1)[0]
+        return f"{name}@{self.booted.image.digest}"
+
+
+def _image_status(raw: Any, where: str) -> ImageStatus | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InputError("expected an object", field=where)
+    ref = raw.get("image")
+    if not isinstance(ref, dict) or not isinstance(ref.get("image"), str):
+        raise InputError("missing image reference", field=f"{where}.image.image")
+    digest = raw.get("imageDigest")
+    if not isinstance(digest, str) or not digest:
+        raise InputError("missing", field=f"{where}.imageDigest")
+    return ImageStatus(
+        image=ref["image"],
+        transport=str(ref.get("transport") or "registry"),
+        digest=digest,
+        version=raw.get("version"),
+        timestamp=str(raw["timestamp"]) if raw.get("timestamp") is not None else None,
+        architecture=raw.get("architecture"),
+    )
+
+
+def _entry(raw: Any, where: str) -> BootEntry | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InputError("expected an object", field=where)
+    return BootEntry(
+        image=_image_status(raw.get("image"), f"{where}.image"),
+        cached_update=_image_status(raw.get("cachedUpdate"), f"{where}.cachedUpdate"),
+        incompatible=bool(raw.get("incompatible", False)),
+        pinned=bool(raw.get("pinned", False)),
+        soft_reboot_capable=bool(raw.get("softRebootCapable", False)),
+        download_only=bool(raw.get("downloadOnly", False)),
+    )
+
+
+def bootc_host_from_object(obj: Any) -> BootcHost:
+    if not isinstance(obj, dict):
+        raise InputError("expected a BootcHost object")
+    api = obj.get("apiVersion")
+    if not isinstance(api, str) or not api.startswith("org.containers.bootc/"):
+        raise InputError(f"not a bootc status document (apiVersion {api!r})", field="apiVersion")
+    status = obj.get("status") or {}
+    if not isinstance(status, dict):
+        raise InputError("expected an object", field="status")
+    spec = obj.get("spec") or {}
+    spec_image = spec.get("image") if isinstance(spec, dict) else None
+    others = status.get("otherDeployments") or []
+    return BootcHost(
+        booted=_entry(status.get("booted"), "status.booted"),
+        staged=_entry(status.get("staged"), "status.staged"),
+        rollback=_entry(status.get("rollback"), "status.rollback"),
+        rollback_queued=bool(status.get("rollbackQueued", False)),
+        other_deployments=tuple(
+            e
+            for i, raw in enumerate(others)
+            if (e := _entry(raw, f"status.otherDeployments[{i}]")) is not None
+        ),
+        spec_image=spec_image.get("image") if isinstance(spec_image, dict) else None,
+    )
+
+
+def parse_bootc_status(data: bytes) -> BootcHost:
+    """`bootc status` output (JSON with --format json, YAML when piped) to a BootcHost."""
+    return bootc_host_from_object(load_document(data))

@@ -1,0 +1,53 @@
+"""Admin health checks: executables in `etc/image-mode-agent/check/{required,wanted}.d` under
+the host root (greenboot's layout). Every required check must pass; a wanted one only warns."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from agent.host.ports import CheckReport, CheckResult
+
+CHECK_DIR = "etc/image-mode-agent/check"
+
+
+class CheckRunner:
+    def __init__(self, root: Path, timeout: float = 60.0) -> None:
+        self.root = Path(root)
+        self.timeout = timeout
+
+    def _executables(self, kind: str) -> list[Path]:
+        folder = self.root / CHECK_DIR / f"{kind}.d"
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.is_file() and os.access(p, os.X_OK))
+
+    async def _run(self, path: Path, required: bool) -> CheckResult:
+        env = {**os.environ, "IMAGE_MODE_AGENT_ROOT": str(self.root)}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                str(path),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError as exc:
+            return CheckResult(path.name, required, False, f"cannot run: {exc.strerror}")
+        try:
+            output, _ = await asyncio.wait_for(proc.communicate(), self.timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return CheckResult(path.name, required, False, f"timed out after {self.timeout:g}s")
+        lines = output.decode(errors="replace").strip().splitlines()
+        detail = lines[-1][:200] if lines else ""
+        if proc.returncode == 0:
+            return CheckResult(path.name, required, True, detail)
+        return CheckResult(path.name, required, False, f"exit {proc.returncode}: {detail}".strip())
+
+    async def run_checks(self) -> CheckReport:
+        results = [await self._run(p, True) for p in self._executables("required")]
+        results += [await self._run(p, False) for p in self._executables("wanted")]
+        return CheckReport(tuple(results))

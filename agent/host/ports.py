@@ -1,0 +1,120 @@
+"""The host ports the engine drives, as Protocols, and the bundle that carries them.
+
+A real host (`host/bootc.py`, `host/systemd.py`), the simulated host (`host/simulated.py`) and
+test doubles all implement these; the engine never reaches a host any other way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from agent.model.bootc_status import BootcHost
+from agent.model.ignition import Owner
+from agent.model.imageref import ImageRef
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Staging progress, from bootc's `--progress-fd` events."""
+
+    done_bytes: int = 0
+    total_bytes: int = 0
+    step: str = ""
+
+    def render(self) -> str:
+        if self.total_bytes:
+            mib = 1024 * 1024
+            return f"Staging image: {self.done_bytes // mib}/{self.total_bytes // mib} MiB"
+        return f"Staging image: {self.step}" if self.step else "Staging image"
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+class FilesPort(Protocol):
+    """Allowlisted, atomic, symlink-safe file writes under the host root. Synchronous: the
+    engine runs it in a worker thread."""
+
+    def write(
+        self, path: str, contents: bytes, *, mode: int, user: Owner, group: Owner
+    ) -> None: ...
+
+    def ensure_dir(self, path: str, *, mode: int, user: Owner, group: Owner) -> None: ...
+
+    def delete(self, path: str) -> None: ...
+
+    def read(self, path: str) -> bytes | None: ...
+
+    def set_password_hash(self, user: str, password_hash: str) -> None: ...
+
+
+class BootcPort(Protocol):
+    async def status(self) -> BootcHost: ...
+
+    async def stage(self, image: ImageRef, on_progress: ProgressCallback | None = None) -> None:
+        """Pull and stage `image` (digest-pinned) for the next boot; never applies it."""
+        ...
+
+    async def rollback(self) -> None:
+        """Queue the rollback deployment for the next boot (callers check `rollbackQueued`)."""
+        ...
+
+
+class SystemPort(Protocol):
+    async def boot_id(self) -> str: ...
+
+    async def perform(self, action: str) -> None:
+        """A follow-up action as `Plan` renders it: `restart X`, `reload X`, `daemon-reload`,
+        `update-ca-trust`."""
+        ...
+
+    async def reboot(self, *, soft: bool = False) -> None:
+        """Ask for a reboot. Returns once it is requested; the process ends with the boot."""
+        ...
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    required: bool
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    results: tuple[CheckResult, ...] = ()
+
+    @property
+    def failed_required(self) -> tuple[CheckResult, ...]:
+        return tuple(r for r in self.results if r.required and not r.ok)
+
+    @property
+    def failed_wanted(self) -> tuple[CheckResult, ...]:
+        return tuple(r for r in self.results if not r.required and not r.ok)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_required
+
+
+class HealthPort(Protocol):
+    async def run_checks(self) -> CheckReport: ...
+
+
+@dataclass
+class Host:
+    """Everything the engine may touch on one host."""
+
+    root: Path
+    files: FilesPort
+    bootc: BootcPort
+    system: SystemPort
+    health: HealthPort
+    state_dir: Path = field(default=Path())
+
+    def __post_init__(self) -> None:
+        if self.state_dir == Path():
+            self.state_dir = self.root / "var/lib/image-mode-agent"

@@ -1,0 +1,286 @@
+"""A host in a directory: every port backed by files, for the demo, dry runs and tests.
+
+Layout of DIR:
+  root/            the host's filesystem (etc/passwd, /home/core, /etc/kubernetes, ...)
+  host.json        the bootc deployments (booted/staged/rollback), boot ID, pending reboot
+  registry.json    the images this host can pull, by digest
+  actions.log      one JSON line per unit action, command and reboot, in order
+
+A reboot only marks the host; `boot()` (run when the next agent process starts, as a machine
+boots before its services) makes the staged deployment the booted one, or falls back to the old
+one when the image or the host was marked to fail that boot."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.durable import read_json, write_json
+from agent.errors import HostError
+from agent.host.files import RootedFiles
+from agent.host.health import CheckRunner
+from agent.host.ports import Host, Progress, ProgressCallback
+from agent.model.bootc_status import BootcHost, bootc_host_from_object
+from agent.model.imageref import ImageRef, parse_image_ref
+
+_PASSWD = "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/home/core:/bin/bash\n"
+_GROUP = "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n"
+_SHADOW = "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class SimulatedHost:
+    base: Path
+
+    # -- paths ---------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return self.base / "root"
+
+    @property
+    def _state_path(self) -> Path:
+        return self.base / "host.json"
+
+    @property
+    def _registry_path(self) -> Path:
+        return self.base / "registry.json"
+
+    def _state(self) -> dict[str, Any]:
+        state = read_json(self._state_path)
+        if state is None:
+            raise HostError(f"{self.base} is not a simulated host (no host.json)", kind="input")
+        return state
+
+    def _registry(self) -> dict[str, Any]:
+        return read_json(self._registry_path) or {"images": {}}
+
+    def log_action(self, kind: str, detail: str) -> None:
+        line = json.dumps({"time": _now(), "kind": kind, "detail": detail})
+        with open(self.base / "actions.log", "a") as handle:
+            handle.write(line + "\n")
+
+    def actions(self) -> list[dict[str, str]]:
+        path = self.base / "actions.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    # -- setup ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, base: Path, image: str, files: dict[str, str] | None = None) -> SimulatedHost:
+        """A new host booted into `image` (added to its registry)."""
+        base = Path(base)
+        if (base / "host.json").exists():
+            raise HostError(f"{base} already holds a simulated host", kind="input")
+        sim = cls(base)
+        for folder, perm in (("etc", 0o755), ("home/core", 0o700), ("var/lib", 0o755)):
+            (sim.root / folder).mkdir(parents=True, exist_ok=True)
+            (sim.root / folder).chmod(perm)
+        (sim.root / "etc/passwd").write_text(_PASSWD)
+        (sim.root / "etc/group").write_text(_GROUP)
+        (sim.root / "etc/shadow").write_text(_SHADOW)
+        (sim.root / "etc/shadow").chmod(0o000)
+        pinned = sim.add_image(image, files or {})
+        digest = parse_image_ref(pinned).digest
+        write_json(
+            sim._state_path,
+            {
+                "boot_id": str(uuid.uuid4()),
+                "boots": 1,
+                "reboot_pending": None,
+                "booted": {"ref": image, "digest": digest},
+                "staged": None,
+                "rollback": None,
+                "rollback_queued": False,
+                "fail_next_boot": False,
+            },
+        )
+        sim._lay_image_files(None, digest)
+        sim.log_action("boot", f"booted {pinned}")
+        return sim
+
+    def add_image(self, ref: str, files: dict[str, str], *, boot_fails: bool = False) -> str:
+        """Put an image into the registry; returns its digest-pinned reference."""
+        image = parse_image_ref(ref)
+        manifest = {"name": image.name, "tag": image.tag, "files": files, "boot_fails": boot_fails}
+        digest = (
+            "sha256:" + hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+        )
+        registry = self._registry()
+        registry["images"][digest] = {**manifest, "version": image.tag, "created": _now()}
+        write_json(self._registry_path, registry)
+        return str(image.with_digest(digest))
+
+    def set_next_boot_fails(self, fails: bool = True) -> None:
+        state = self._state()
+        state["fail_next_boot"] = fails
+        write_json(self._state_path, state)
+
+    # -- booting -------------------------------------------------------------------------
+    def _lay_image_files(self, old_digest: str | None, new_digest: str | None) -> None:
+        images = self._registry()["images"]
+        for rel in (images.get(old_digest) or {}).get("files", {}):
+            (self.root / rel).unlink(missing_ok=True)
+        for rel, text in (images.get(new_digest) or {}).get("files", {}).items():
+            target = self.root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            if text.startswith("#!"):
+                target.chmod(0o755)
+
+    def boot(self) -> bool:
+        """Complete a pending reboot, if any; returns whether the host booted."""
+        state = self._state()
+        if not state.get("reboot_pending"):
+            return False
+        images = self._registry()["images"]
+        old = state["booted"]
+        note = "booted"
+        if state.get("rollback_queued") and state.get("rollback"):
+            state["booted"], state["rollback"] = state["rollback"], state["booted"]
+            state["staged"] = None
+            note = "booted rollback"
+        elif state.get("staged"):
+            staged = state["staged"]
+            if state.get("fail_next_boot") or images.get(staged["digest"], {}).get("boot_fails"):
+                # The new deployment never reaches boot-complete; the bootloader falls back.
+                state["staged"] = None
+                note = f"boot of {staged['ref']} failed; bootloader fell back"
+            else:
+                state["rollback"], state["booted"], state["staged"] = old, staged, None
+        state.update(
+            boot_id=str(uuid.uuid4()),
+            boots=state["boots"] + 1,
+            reboot_pending=None,
+            rollback_queued=False,
+            fail_next_boot=False,
+        )
+        write_json(self._state_path, state)
+        self._lay_image_files(old["digest"], state["booted"]["digest"])
+        self.log_action("boot", f"{note} {state['booted']['ref']}@{state['booted']['digest']}")
+        return True
+
+    # -- ports ---------------------------------------------------------------------------
+    def status_document(self) -> dict[str, Any]:
+        """The host as `bootc status --format json` prints it (org.containers.bootc/v1)."""
+        state = self._state()
+        images = self._registry()["images"]
+
+        def entry(slot: dict[str, Any] | None) -> dict[str, Any] | None:
+            if slot is None:
+                return None
+            meta = images.get(slot["digest"], {})
+            name = slot["ref"].split("@", 1)[0]
+            return {
+                "image": {
+                    "image": {"image": name, "transport": "registry"},
+                    "version": meta.get("version"),
+                    "timestamp": meta.get("created"),
+                    "imageDigest": slot["digest"],
+                    "architecture": "amd64",
+                },
+                "cachedUpdate": None,
+                "incompatible": False,
+                "pinned": False,
+                "softRebootCapable": False,
+                "downloadOnly": False,
+                "store": "ostreeContainer",
+                "ostree": {
+                    "stateroot": "default",
+                    "checksum": slot["digest"][7:],
+                    "deploySerial": 0,
+                },
+            }
+
+        spec_slot = state["staged"] or state["booted"]
+        return {
+            "apiVersion": "org.containers.bootc/v1",
+            "kind": "BootcHost",
+            "metadata": {"name": "host"},
+            "spec": {
+                "image": {"image": spec_slot["ref"].split("@", 1)[0], "transport": "registry"},
+                "bootOrder": "rollback" if state["rollback_queued"] else "default",
+            },
+            "status": {
+                "staged": entry(state["staged"]),
+                "booted": entry(state["booted"]),
+                "rollback": entry(state["rollback"]),
+                "rollbackQueued": state["rollback_queued"],
+                "type": "bootcHost",
+            },
+        }
+
+    def host(self, is_allowed: Callable[[str], bool], check_timeout: float = 30.0) -> Host:
+        return Host(
+            root=self.root,
+            files=RootedFiles(self.root, is_allowed),
+            bootc=SimulatedBootc(self),
+            system=SimulatedSystem(self),
+            health=CheckRunner(self.root, check_timeout),
+        )
+
+
+class SimulatedBootc:
+    def __init__(self, sim: SimulatedHost) -> None:
+        self.sim = sim
+
+    async def status(self) -> BootcHost:
+        return bootc_host_from_object(self.sim.status_document())
+
+    async def stage(self, image: ImageRef, on_progress: ProgressCallback | None = None) -> None:
+        if not image.pinned:
+            raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
+        meta = self.sim._registry()["images"].get(image.digest)
+        if meta is None or meta["name"] != image.name:
+            raise HostError(
+                f"error: Switching: Pulling: Creating importer: failed to invoke method "
+                f"OpenImage: reading manifest {image.digest} in {image.name}: manifest unknown",
+                kind="image-missing",
+            )
+        total = 64 * 1024 * 1024 * (1 + len(meta["files"]))
+        for done in (total // 4, total // 2, total):
+            if on_progress:
+                on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling"))
+        state = self.sim._state()
+        if state["booted"]["digest"] == image.digest:
+            state["staged"] = None  # switching to the booted image drops a staged one
+        else:
+            state["staged"] = {"ref": str(image), "digest": image.digest}
+        write_json(self.sim._state_path, state)
+        self.sim.log_action("bootc", f"switch --transport registry {image}")
+
+    async def rollback(self) -> None:
+        state = self.sim._state()
+        if not state.get("rollback"):
+            raise HostError("error: No rollback available", kind="rollback")
+        state["staged"] = None
+        state["rollback_queued"] = not state["rollback_queued"]
+        write_json(self.sim._state_path, state)
+        self.sim.log_action("bootc", "rollback")
+
+
+class SimulatedSystem:
+    def __init__(self, sim: SimulatedHost) -> None:
+        self.sim = sim
+
+    async def boot_id(self) -> str:
+        return str(self.sim._state()["boot_id"])
+
+    async def perform(self, action: str) -> None:
+        self.sim.log_action("unit", action)
+
+    async def reboot(self, *, soft: bool = False) -> None:
+        state = self.sim._state()
+        state["reboot_pending"] = "soft" if soft else "hard"
+        write_json(self.sim._state_path, state)
+        self.sim.log_action("reboot", "soft-reboot" if soft else "reboot")

@@ -162,3 +162,27 @@ def policy_from_machine_configuration(obj: Any) -> LivePolicy | None:
         units=units,
         sshkey=_actions(sshkey.get("actions") or [], "clusterPolicies.sshkey.actions"),
     )
+
+
+CERTS_DIR = "/etc/docker/certs.d/"
+_FIXED_LIVE_PATHS = frozenset(
+    {SSH_KEYS_PATH, SHADOW_PATH, BOOTC_AUTH, KUBELET_CA, CLOUD_CA, INTERNAL_PULL_SECRET}
+)
+
+
+@dataclass
+class Allowlist:
+    """The paths a host's files port may write, following the policy in force (the cluster's
+    NodeDisruptionPolicy can change at run time, so the writer asks per call)."""
+
+    policy: LivePolicy = BUILTIN_POLICY
+
+    def allows(self, path: str) -> bool:
+        if path in _FIXED_LIVE_PATHS or path.startswith(CERTS_DIR):
+            return True
+        if self.policy.file_actions(path) is not None:
+            return True
+        if path.startswith("/etc/systemd/system/"):
+            unit = path.removeprefix("/etc/systemd/system/").split("/", 1)[0]
+            return self.policy.unit_actions(unit.removesuffix(".d")) is not None
+        return False

@@ -167,7 +167,9 @@ class SimulatedHost:
         )
         write_json(self._state_path, state)
         self._lay_image_files(old["digest"], state["booted"]["digest"])
-        self.log_action("boot", f"{note} {state['booted']['ref']}@{state['booted']['digest']}")
+        booted = state["booted"]
+        ref = booted["ref"] if "@" in booted["ref"] else f"{booted['ref']}@{booted['digest']}"
+        self.log_action("boot", f"{note} {ref}")
         return True
 
     # -- ports ---------------------------------------------------------------------------

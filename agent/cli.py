@@ -1,0 +1,211 @@
+"""Command line: `plan`, `run`, `sim`, `demo`, `status`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from agent.errors import HostError, InputError
+from agent.model.document import load_document
+from agent.model.imageref import ImageRef, parse_image_ref
+from agent.model.machineconfig import parse_machine_config
+from agent.plan import plan_update
+from agent.policy import BUILTIN_POLICY, Allowlist, LivePolicy, policy_from_machine_configuration
+
+EXIT_USAGE = 2
+
+SIM_HELP = """\
+A simulated host is a directory: files under DIR/root, a bootc state machine (host.json) that
+prints the real `bootc status` schema, a registry of images it can pull (registry.json), and a
+log of unit actions and reboots (actions.log). Create one booted into an image, add images to
+its registry (each add prints the digest-pinned reference to put in osImageURL), and point
+`image-mode-agent run --host simulated:DIR` at it:
+
+  image-mode-agent sim create DIR --image quay.example/os/node:v1
+  image-mode-agent sim add-image DIR quay.example/os/node:v2 --file usr/lib/os-release=v2
+  image-mode-agent sim add-image DIR quay.example/os/node:v3 --boot-fails
+  image-mode-agent sim status DIR
+"""
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", source=path, field=what) from None
+
+
+def _image_arg(text: str | None, flag: str) -> ImageRef | None:
+    if not text:
+        return None
+    try:
+        return parse_image_ref(text)
+    except InputError as exc:
+        raise InputError(exc.message, field=flag) from None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        current = parse_machine_config(_read_file(args.current, "--current"), "current")
+    except InputError as exc:
+        raise exc.located(args.current) from None
+    try:
+        desired = parse_machine_config(_read_file(args.desired, "--desired"), "desired")
+    except InputError as exc:
+        raise exc.located(args.desired) from None
+    booted = _image_arg(args.booted_image, "--booted-image")
+    if booted is None and current.os_image_url:
+        booted = _image_arg(current.os_image_url, f"{args.current}: spec.osImageURL")
+    target = _image_arg(args.desired_image, "--desired-image")
+    if target is None and desired.os_image_url:
+        target = _image_arg(desired.os_image_url, f"{args.desired}: spec.osImageURL")
+    policy: LivePolicy = BUILTIN_POLICY
+    if args.policy:
+        try:
+            extra = policy_from_machine_configuration(load_document(_read_file(args.policy, "")))
+        except InputError as exc:
+            raise exc.located(args.policy) from None
+        policy = BUILTIN_POLICY.extended(extra) if extra else BUILTIN_POLICY
+    plan = plan_update(current, desired, booted=booted, target=target, policy=policy)
+    if args.output == "json":
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print(plan.render_text())
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agent.runtime import RunOptions, open_host, run_file_source
+
+    kind, _, arg = args.source.partition(":")
+    if kind != "file" or not arg:
+        raise InputError(f"unknown source {args.source!r}: expected file:PATH", field="--source")
+    allowlist = Allowlist()
+    host = open_host(args.host, allowlist)
+    options = RunOptions(
+        once=args.once,
+        dry_run=args.dry_run,
+        image_override=args.image,
+        max_boot_attempts=args.max_boot_attempts,
+        poll_interval=args.poll_interval,
+    )
+    return asyncio.run(run_file_source(Path(arg), host, options))
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from agent.host.simulated import SimulatedHost
+
+    files = {}
+    for item in getattr(args, "file", None) or []:
+        rel, sep, text = item.partition("=")
+        if not sep or rel.startswith("/") or ".." in rel.split("/"):
+            raise InputError(f"expected RELATIVE/PATH=TEXT, got {item!r}", field="--file")
+        files[rel] = text
+    base = Path(args.dir)
+    if args.sim_command == "create":
+        sim = SimulatedHost.create(base, args.image, files)
+        print(json.dumps(sim.status_document()["status"]["booted"]["image"], indent=2))
+    elif args.sim_command == "add-image":
+        print(SimulatedHost(base).add_image(args.ref, files, boot_fails=args.boot_fails))
+    elif args.sim_command == "next-boot-fails":
+        SimulatedHost(base).set_next_boot_fails(True)
+    else:
+        print(json.dumps(SimulatedHost(base).status_document(), indent=2))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    path = Path(args.state_dir) / "status.json"
+    try:
+        print(path.read_text(), end="")
+    except OSError as exc:
+        raise InputError(f"no status yet: {exc.strerror}", source=str(path)) from None
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from agent.demo import run_demo
+
+    return run_demo(keep=args.keep)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="image-mode-agent",
+        description="Node agent of image-mode OpenShift: live allowlisted config, bootc images.",
+    )
+    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plan = sub.add_parser("plan", help="verdict and steps for a change from one config to another")
+    plan.add_argument("--current", required=True, help="current MachineConfig (YAML or JSON)")
+    plan.add_argument("--desired", required=True, help="desired MachineConfig (YAML or JSON)")
+    plan.add_argument("--booted-image", help="booted image (default: current spec.osImageURL)")
+    plan.add_argument("--desired-image", help="target image (default: desired spec.osImageURL)")
+    plan.add_argument("--output", choices=("text", "json"), default="text")
+    plan.add_argument(
+        "--policy", help="MachineConfiguration/cluster whose NodeDisruptionPolicy status extends "
+        "the live allowlist",
+    )  # fmt: skip
+    plan.set_defaults(func=cmd_plan)
+
+    run = sub.add_parser("run", help="reconcile a host toward its desired state")
+    run.add_argument("--source", required=True, help="file:PATH (a MachineConfig document)")
+    run.add_argument("--host", required=True, help="simulated:DIR")
+    run.add_argument("--once", action="store_true", help="exit 0 Done, 3 rebooting, 4 Degraded")
+    run.add_argument("--dry-run", action="store_true", help="observe and plan, change nothing")
+    run.add_argument("--image", help="target image instead of the document's spec.osImageURL")
+    run.add_argument("--max-boot-attempts", type=int, default=1,
+                     help="boots of a new image whose checks fail before rolling back")  # fmt: skip
+    run.add_argument("--poll-interval", type=float, default=1.0, help="seconds between checks "
+                     "of the source file")  # fmt: skip
+    run.set_defaults(func=cmd_run)
+
+    sim = sub.add_parser(
+        "sim", help="create and drive a simulated host",
+        description=SIM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True)
+    create = sim_sub.add_parser("create", help="a new host booted into --image")
+    create.add_argument("dir")
+    create.add_argument("--image", required=True, help="registry/path:tag to boot")
+    create.add_argument("--file", action="append", help="RELATIVE/PATH=TEXT the image ships")
+    add = sim_sub.add_parser("add-image", help="add an image to the host's registry")
+    add.add_argument("dir")
+    add.add_argument("ref", help="registry/path:tag")
+    add.add_argument("--file", action="append", help="RELATIVE/PATH=TEXT the image ships")
+    add.add_argument("--boot-fails", action="store_true", help="its boots never complete")
+    fail = sim_sub.add_parser("next-boot-fails", help="the next boot falls back")
+    fail.add_argument("dir")
+    show = sim_sub.add_parser("status", help="print the host as `bootc status` would")
+    show.add_argument("dir")
+    sim.set_defaults(func=cmd_sim)
+
+    status = sub.add_parser("status", help="print the agent's last reported status")
+    status.add_argument("--state-dir", default="/var/lib/image-mode-agent")
+    status.set_defaults(func=cmd_status)
+
+    demo = sub.add_parser("demo", help="a timeline on a throwaway simulated host")
+    demo.add_argument("--keep", action="store_true", help="keep the simulated host directory")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agent.observe.logging import configure_logging
+
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        return int(args.func(args))
+    except InputError as exc:
+        print(f"image-mode-agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except HostError as exc:
+        print(f"image-mode-agent: host error ({exc.kind}): {exc}", file=sys.stderr)
+        return 4
+    except KeyboardInterrupt:
+        return 130

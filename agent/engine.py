@@ -1,0 +1,358 @@
+"""The state machine: the only place that orders side effects on a host.
+
+Every transition is journaled before the side effect it names, and every side effect is
+idempotent, so a process killed at any point resumes where it stopped: no second drain, no
+second reboot, no half-written file (DESIGN.md §1.4)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from agent.desired import Desired
+from agent.durable import write_atomic
+from agent.errors import HostError, InputError
+from agent.host.ports import Host, Progress
+from agent.journal import IN_FLIGHT, Journal, Phase, Record
+from agent.model.bootc_status import BootcHost
+from agent.model.imageref import ImageRef, parse_image_ref
+from agent.model.machineconfig import MachineConfig, parse_machine_config
+from agent.plan import CORE, Plan, plan_update
+from agent.policy import BUILTIN_POLICY, LivePolicy
+from agent.verify import AfterBoot, BootFacts, decide_after_boot
+
+DONE, WORKING, REBOOTING = "Done", "Working", "Rebooting"
+DEGRADED, UNRECONCILABLE = "Degraded", "Unreconcilable"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str  # Done | Rebooting | Degraded | Unreconcilable | Working (dry run)
+    reason: str = ""
+    plan: Plan | None = None
+    current_config: str | None = None
+    current_image: str | None = None
+    retryable: bool = False  # a Degraded that may heal by trying again (registry, disk...)
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class Hooks:
+    """Points where a caller observes the engine. `checkpoint` runs after every journal write
+    and side effect (tests kill the engine there); `before_disruption` runs once, after
+    staging and before the reboot (cluster mode drains there)."""
+
+    checkpoint: Callable[[str], None] = lambda label: None
+    progress: Callable[[Progress], None] = lambda progress: None
+    before_disruption: Callable[[Desired], object] | None = None
+    events: list[str] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(
+        self,
+        host: Host,
+        *,
+        policy: LivePolicy = BUILTIN_POLICY,
+        max_boot_attempts: int = 1,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.host = host
+        self.policy = policy
+        self.max_boot_attempts = max(1, max_boot_attempts)
+        self.hooks = hooks or Hooks()
+        self.journal = Journal(host.state_dir / "journal.json")
+        self.log = structlog.get_logger("engine").bind(root=str(host.root))
+
+    # -- stored configs ------------------------------------------------------------------
+    @property
+    def _current_path(self):
+        return self.host.state_dir / "current-config"
+
+    @property
+    def _pending_path(self):
+        return self.host.state_dir / "pending-config"
+
+    def current_config(self) -> MachineConfig | None:
+        try:
+            data = self._current_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return parse_machine_config(data)
+        except InputError as exc:
+            raise HostError(
+                f"recorded current config is unreadable: {exc}", kind="journal"
+            ) from None
+
+    def _pending(self) -> Desired:
+        data = self._pending_path.read_bytes()
+        rec = self.journal.load()
+        config = parse_machine_config(data)
+        target = parse_image_ref(rec.target) if rec.target else None
+        return Desired(config, data, target)
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def _save(self, record: Record) -> Record:
+        self.journal.save(record)
+        self.hooks.checkpoint(f"journal:{record.phase}")
+        return record
+
+    def _did(self, what: str) -> None:
+        self.hooks.checkpoint(f"did:{what}")
+
+    def _event(self, text: str) -> None:
+        self.hooks.events.append(text)
+        self.log.info(text)
+
+    @staticmethod
+    def _booted_ref(status: BootcHost) -> ImageRef | None:
+        ref = status.booted_ref
+        try:
+            return parse_image_ref(ref) if ref else None
+        except InputError:
+            return None
+
+    # -- entry point ---------------------------------------------------------------------
+    async def reconcile(self, desired: Desired, *, dry_run: bool = False) -> Outcome:
+        """Move the host one whole update toward `desired`, or finish the one in flight."""
+        rec = self.journal.load()
+        if dry_run:
+            return await self._dry_run(rec, desired)
+        if rec.phase in IN_FLIGHT:
+            return await self._resume(rec)
+        if (
+            rec.phase == Phase.DEGRADED
+            and rec.update_key == desired.key
+            and rec.failed.get((desired.target and desired.target.digest) or "") == desired.key
+        ):
+            return Outcome(DEGRADED, rec.cause or "", current_config=rec.current_name)
+        return await self._start(rec, desired)
+
+    async def _plan(self, desired: Desired, rec: Record) -> tuple[Plan, BootcHost]:
+        status = await self.host.bootc.status()
+        failed = frozenset(d for d, key in rec.failed.items() if key == desired.key)
+        plan = plan_update(
+            self.current_config(),
+            desired.config,
+            booted=self._booted_ref(status),
+            target=desired.target,
+            policy=self.policy,
+            failed_digests=failed,
+        )
+        return plan, status
+
+    async def _dry_run(self, rec: Record, desired: Desired) -> Outcome:
+        plan, _ = await self._plan(desired, rec)
+        note = f"dry run: journal phase {rec.phase}; would {plan.verdict}"
+        return Outcome(WORKING, note, plan=plan, current_config=rec.current_name)
+
+    async def _start(self, rec: Record, desired: Desired) -> Outcome:
+        plan, status = await self._plan(desired, rec)
+        name = desired.config.name
+        if plan.verdict == "refused":
+            reason = "; ".join(plan.reasons)
+            self._save(rec.to(Phase.UNRECONCILABLE, update_key=desired.key, cause=reason))
+            return Outcome(UNRECONCILABLE, reason, plan=plan, current_config=rec.current_name)
+        current = self.current_config()
+        if (
+            plan.verdict == "none"
+            and current is not None
+            and current.fingerprint == (desired.config.fingerprint)
+        ):
+            if rec.phase != Phase.IDLE or rec.update_key != desired.key:
+                rec = self._save(rec.to(Phase.IDLE, cause=None, update_key=desired.key))
+            return Outcome(DONE, plan=plan, current_config=rec.current_name,
+                           current_image=rec.current_image)  # fmt: skip
+        write_atomic(self._pending_path, desired.document)
+        booted = status.booted_ref
+        rec = self._save(
+            Record(
+                phase=Phase.APPLYING_LIVE,
+                update_key=desired.key,
+                config_name=name,
+                target=str(desired.target) if desired.target else None,
+                previous=booted,
+                failed=rec.failed,
+                current_name=rec.current_name,
+                current_image=rec.current_image,
+            )
+        )
+        self._event(f"update to {name}: {plan.verdict} ({', '.join(plan.reasons[:3])})")
+        return await self._execute(rec, desired, plan)
+
+    async def _execute(self, rec: Record, desired: Desired, plan: Plan) -> Outcome:
+        """Run `plan` from the APPLYING_LIVE phase on."""
+        await self._apply_live(plan)
+        if plan.verdict != "image":
+            return await self._commit(rec.to(Phase.COMMITTING))
+        return await self._stage(rec.to(Phase.STAGING), plan)
+
+    async def _apply_live(self, plan: Plan) -> None:
+        files = self.host.files
+        for i, step in enumerate(plan.live):
+            if step.kind == "ssh-keys":
+                for folder in ("/home/core/.ssh", "/home/core/.ssh/authorized_keys.d"):
+                    await asyncio.to_thread(
+                        files.ensure_dir, folder, mode=0o700, user=CORE, group=CORE
+                    )
+            if step.kind == "password":
+                await asyncio.to_thread(files.set_password_hash, "core", step.contents.decode())
+            elif step.action == "write":
+                await asyncio.to_thread(
+                    files.write, step.path, step.contents,
+                    mode=step.mode, user=step.user, group=step.group,
+                )  # fmt: skip
+            else:
+                await asyncio.to_thread(files.delete, step.path)
+            self.log.info("live write", path=step.path, action=step.action)  # never contents
+            self._did(f"live:{i}")
+        for action in plan.follow_ups:
+            await self.host.system.perform(action)
+            self._did(f"action:{action}")
+        if plan.live:
+            self._event(f"applied {len(plan.live)} live change(s) with no reboot")
+
+    async def _stage(self, rec: Record, plan: Plan | None = None) -> Outcome:
+        rec = self._save(rec)
+        assert rec.target is not None
+        target = parse_image_ref(rec.target)
+        try:
+            await self.host.bootc.stage(target, self.hooks.progress)
+        except HostError as exc:
+            cause = f"staging {target} failed ({exc.kind}): {exc}"
+            self._save(rec.to(Phase.DEGRADED, cause=cause))
+            return Outcome(DEGRADED, cause, plan=plan, current_config=rec.current_name,
+                           retryable=True)  # fmt: skip
+        self._did("stage")
+        self._event(f"staged {target}")
+        if self.hooks.before_disruption is not None:
+            result = self.hooks.before_disruption(self._pending())
+            if asyncio.iscoroutine(result):
+                await result
+        return await self._reboot(rec.to(Phase.REBOOTING), plan, f"rebooting into {target}")
+
+    async def _reboot(self, rec: Record, plan: Plan | None, why: str) -> Outcome:
+        rec = self._save(
+            rec.to(rec.phase, boot_id=await self.host.system.boot_id(), reboots=rec.reboots + 1)
+        )
+        await self.host.system.reboot()
+        self._did("reboot")
+        self._event(why)
+        return Outcome(REBOOTING, why, plan=plan, current_config=rec.current_name)
+
+    async def _commit(self, rec: Record) -> Outcome:
+        rec = self._save(rec)
+        write_atomic(self._current_path, self._pending_path.read_bytes())
+        self._did("commit")
+        rec = self._save(
+            rec.to(
+                Phase.IDLE,
+                current_name=rec.config_name,
+                current_image=rec.target or rec.current_image,
+                cause=None,
+                boot_id=None,
+                attempts=0,
+            )
+        )
+        self._pending_path.unlink(missing_ok=True)
+        self._event(f"update to {rec.config_name} committed")
+        return Outcome(DONE, current_config=rec.current_name, current_image=rec.current_image)
+
+    # -- resuming ------------------------------------------------------------------------
+    async def _resume(self, rec: Record) -> Outcome:
+        self.log.info("resuming", phase=str(rec.phase))
+        match rec.phase:
+            case Phase.APPLYING_LIVE:
+                pending = self._pending()
+                plan, _ = await self._plan(pending, rec.to(Phase.IDLE))
+                if plan.verdict not in ("live", "image", "none"):
+                    reason = "; ".join(plan.reasons)
+                    self._save(rec.to(Phase.UNRECONCILABLE, cause=reason))
+                    return Outcome(UNRECONCILABLE, reason, plan=plan)
+                return await self._execute(rec, pending, plan)
+            case Phase.STAGING:
+                return await self._stage(rec)
+            case Phase.COMMITTING:
+                return await self._commit(rec)
+            case Phase.REBOOTING:
+                return await self._after_boot(rec)
+            case Phase.ROLLING_BACK:
+                return await self._roll_back(rec)
+            case _:  # ROLLBACK_REBOOTING
+                return await self._after_rollback_boot(rec)
+
+    async def _after_boot(self, rec: Record) -> Outcome:
+        status = await self.host.bootc.status()
+        target = parse_image_ref(rec.target) if rec.target else None
+        facts = BootFacts(
+            boot_id_before=rec.boot_id,
+            boot_id_now=await self.host.system.boot_id(),
+            booted_digest=status.booted_digest,
+            target_digest=target.digest if target else None,
+            attempts=rec.attempts,
+            max_attempts=self.max_boot_attempts,
+        )
+        verdict = decide_after_boot(facts)
+        if verdict.decision == AfterBoot.NOT_REBOOTED:
+            if target and status.staged_digest != target.digest:
+                return await self._stage(rec.to(Phase.STAGING))  # the staged deployment is gone
+            return await self._reboot(rec, None, f"rebooting into {target}")
+        if verdict.decision == AfterBoot.FELL_BACK:
+            return self._degrade(rec, verdict.cause)
+        facts = BootFacts(**{**facts.__dict__, "checks": await self.host.health.run_checks()})
+        verdict = decide_after_boot(facts)
+        for warning in verdict.warnings:
+            self._event(warning)
+        match verdict.decision:
+            case AfterBoot.COMMIT:
+                self._event(f"verified {target}: booted digest matches, required checks pass")
+                return await self._commit(rec.to(Phase.COMMITTING))
+            case AfterBoot.RETRY_BOOT:
+                rec = rec.to(Phase.REBOOTING, attempts=rec.attempts + 1, cause=verdict.cause)
+                return await self._reboot(
+                    rec, None, f"check failed, boot attempt {rec.attempts + 1}"
+                )
+            case _:
+                assert target is not None and target.digest is not None
+                failed = {**rec.failed, target.digest: rec.update_key or ""}
+                rec = self._save(rec.to(Phase.ROLLING_BACK, cause=verdict.cause, failed=failed))
+                return await self._roll_back(rec)
+
+    def _degrade(self, rec: Record, cause: str) -> Outcome:
+        failed = dict(rec.failed)
+        if rec.target:
+            failed[parse_image_ref(rec.target).digest or ""] = rec.update_key or ""
+        self._save(rec.to(Phase.DEGRADED, cause=cause, failed=failed))
+        self._pending_path.unlink(missing_ok=True)
+        self._event(f"degraded: {cause}")
+        return Outcome(DEGRADED, cause, current_config=rec.current_name,
+                       current_image=rec.current_image)  # fmt: skip
+
+    async def _roll_back(self, rec: Record) -> Outcome:
+        status = await self.host.bootc.status()
+        target = parse_image_ref(rec.target) if rec.target else None
+        on_target = target is not None and status.booted_digest == target.digest
+        # `bootc rollback` is a toggle: only ask when it is not queued already.
+        if on_target and not status.rollback_queued:
+            try:
+                await self.host.bootc.rollback()
+            except HostError as exc:
+                return self._degrade(rec, f"{rec.cause}; rollback failed: {exc}")
+            self._did("rollback")
+        elif not on_target:
+            return self._degrade(rec, rec.cause or "rolled back")
+        return await self._reboot(
+            rec.to(Phase.ROLLBACK_REBOOTING), None, f"rolling back from {target}"
+        )
+
+    async def _after_rollback_boot(self, rec: Record) -> Outcome:
+        boot_id = await self.host.system.boot_id()
+        if boot_id == rec.boot_id:
+            return await self._roll_back(rec.to(Phase.ROLLING_BACK))
+        status = await self.host.bootc.status()
+        cause = f"rolled back to {status.booted_ref}: {rec.cause}"
+        return self._degrade(rec, cause)

@@ -1,0 +1,105 @@
+"""Wires a desired-state source, a host and the engine into a running agent (file mode)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import structlog
+
+from agent.durable import write_json
+from agent.engine import DEGRADED, DONE, REBOOTING, UNRECONCILABLE, WORKING, Engine, Hooks, Outcome
+from agent.errors import HostError, InputError
+from agent.host.ports import Host
+from agent.host.simulated import SimulatedHost
+from agent.policy import Allowlist
+from agent.sources.file import FileWatch, load_desired
+
+EXIT_DONE, EXIT_USAGE, EXIT_REBOOT, EXIT_DEGRADED = 0, 2, 3, 4
+_RETRY_DELAYS = (5.0, 15.0, 60.0, 300.0)
+
+
+@dataclass
+class RunOptions:
+    once: bool = False
+    dry_run: bool = False
+    image_override: str | None = None
+    max_boot_attempts: int = 1
+    poll_interval: float = 1.0
+
+
+def open_host(spec: str, allowlist: Allowlist) -> Host:
+    """`simulated:DIR` (the machine boots first, as it would before its services start)."""
+    kind, _, arg = spec.partition(":")
+    if kind == "simulated" and arg:
+        sim = SimulatedHost(Path(arg))
+        sim.boot()
+        return sim.host(allowlist.allows)
+    raise InputError(f"unknown host {spec!r}: expected simulated:DIR", field="--host")
+
+
+def write_status(host: Host, outcome: Outcome, phase: str) -> None:
+    """`status.json` beside the journal: what `image-mode-agent status` and people read."""
+    write_json(
+        host.state_dir / "status.json",
+        {
+            "state": outcome.state,
+            "reason": outcome.reason,
+            "phase": phase,
+            "currentConfig": outcome.current_config,
+            "currentImage": outcome.current_image,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
+
+
+def _exit_code(outcome: Outcome) -> int:
+    return {DONE: EXIT_DONE, REBOOTING: EXIT_REBOOT, WORKING: EXIT_DONE}.get(
+        outcome.state, EXIT_DEGRADED
+    )
+
+
+async def run_file_source(
+    path: Path, host: Host, options: RunOptions, out: TextIO = sys.stdout
+) -> int:
+    """Reconcile PATH until stopped (or once). Returns the process exit code."""
+    log = structlog.get_logger("agent")
+    engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=Hooks())
+    watch = FileWatch(path, options.poll_interval)
+    failures = 0
+    while True:
+        seen = watch.mark()
+        try:
+            desired = load_desired(path, options.image_override)
+            outcome = await engine.reconcile(desired, dry_run=options.dry_run)
+            # An update that finished may not be the newest desired state: one more pass.
+            for _ in range(3):
+                if outcome.state != DONE or engine.journal.load().update_key == desired.key:
+                    break
+                outcome = await engine.reconcile(desired)
+        except InputError as exc:
+            outcome = Outcome(DEGRADED, f"cannot use the desired state: {exc}", retryable=True)
+        except HostError as exc:
+            outcome = Outcome(DEGRADED, f"host error ({exc.kind}): {exc}", retryable=True)
+        if options.dry_run:
+            assert outcome.plan is not None
+            print(outcome.plan.render_text(), file=out)
+            print(outcome.reason, file=out)
+            return EXIT_DONE
+        phase = str(engine.journal.load().phase)
+        write_status(host, outcome, phase)
+        log.info("reconciled", state=outcome.state, reason=outcome.reason, phase=phase)
+        if outcome.state in (DEGRADED, UNRECONCILABLE) and options.once:
+            print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)
+        if options.once or outcome.state == REBOOTING:
+            return _exit_code(outcome)
+        if outcome.state == DEGRADED and outcome.retryable:
+            delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
+            failures += 1
+            await watch.changed_since(seen, timeout=delay)
+        else:
+            failures = 0
+            await watch.changed_since(seen)

@@ -1,0 +1,1 @@
+"""Where the desired state comes from."""

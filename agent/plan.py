@@ -66,8 +66,11 @@ class Plan:
 
     @property
     def follow_ups(self) -> tuple[str, ...]:
-        """Follow-up actions of all live steps, each once, in first-seen order."""
-        return tuple(dict.fromkeys(a for step in self.live for a in step.then))
+        """Follow-up actions of all live steps, each once, in first-seen order; a restart of a
+        unit makes its reload redundant (as the MCD's restart-crio overrides reload-crio)."""
+        actions = dict.fromkeys(a for step in self.live for a in step.then)
+        restarted = {a.removeprefix("restart ") for a in actions if a.startswith("restart ")}
+        return tuple(a for a in actions if a.removeprefix("reload ") not in restarted)
 
     def to_json(self) -> dict[str, Any]:
         return {

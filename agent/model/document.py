@@ -31,6 +31,11 @@ def _tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, 
 
 
 _Loader.add_multi_constructor("!", _tagged)
+# Timestamps stay strings, as in the JSON form of the same documents.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
+}
 _GZIP_MAGIC = b"\x1f\x8b"
 
 

@@ -62,13 +62,13 @@ def machine_config_from_object(obj: Any, default_name: str = "") -> MachineConfi
             f"not a MachineConfig (kind {kind!r})" if kind else "not a MachineConfig (no kind)",
             field="kind",
         )
-    metadata = obj.get("metadata") or {}
+    metadata = obj.get("metadata", {})
     if not isinstance(metadata, dict):
         raise InputError("expected an object", field="metadata")
     name = metadata.get("name") or default_name
     if not isinstance(name, str):
         raise InputError("expected a string", field="metadata.name")
-    spec = obj.get("spec") or {}
+    spec = obj.get("spec", {}) if obj.get("spec") is not None else {}
     if not isinstance(spec, dict):
         raise InputError("expected an object", field="spec")
 

@@ -1,0 +1,641 @@
+"""systemd and logind over D-Bus (dbus-fast, asyncio): the SystemPort of a real host, the unit
+runner that bootc staging runs under, sd_notify, and a subprocess fallback runner.
+
+Why D-Bus and not `systemctl`: job results arrive as `JobRemoved` signals (no polling, no parsing
+of human output), the agent can run in a pod with only the host's bus socket mounted, and a test
+can point the same code at a private `systemd --user` manager (bus address is a parameter)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from dbus_fast import BusType, Message, MessageType, Variant
+from dbus_fast.aio import MessageBus
+
+from agent.errors import HostError
+
+SYSTEMD = "org.freedesktop.systemd1"
+SYSTEMD_PATH = "/org/freedesktop/systemd1"
+MANAGER = "org.freedesktop.systemd1.Manager"
+UNIT = "org.freedesktop.systemd1.Unit"
+SERVICE = "org.freedesktop.systemd1.Service"
+LOGIND = "org.freedesktop.login1"
+LOGIND_PATH = "/org/freedesktop/login1"
+LOGIND_MANAGER = "org.freedesktop.login1.Manager"
+PROPERTIES = "org.freedesktop.DBus.Properties"
+UNKNOWN_METHOD = "org.freedesktop.DBus.Error.UnknownMethod"
+_NO_PROPERTY = (
+    "org.freedesktop.DBus.Error.UnknownProperty",
+    "org.freedesktop.DBus.Error.InvalidArgs",
+)
+_UNIT_SUFFIXES = (
+    ".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target", ".path",
+    ".timer", ".slice", ".scope",
+)  # fmt: skip
+# Jobs whose JobRemoved arrived before the caller looked: kept briefly, bounded.
+_MAX_EARLY_JOBS = 256
+
+
+class DBusCallError(HostError):
+    """A D-Bus method returned an error; `name` is the D-Bus error name."""
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name = name
+        super().__init__(f"{name}: {message}", kind="systemd")
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """What systemd says about a unit (the service fields are empty for other unit types)."""
+
+    name: str
+    load_state: str = "not-found"
+    active_state: str = "inactive"
+    sub_state: str = "dead"
+    result: str = ""
+    exec_main_code: int = 0  # CLD_EXITED=1, CLD_KILLED=2, CLD_DUMPED=3
+    exec_main_status: int = 0
+    description: str = ""
+
+    @property
+    def running(self) -> bool:
+        """Started and not yet finished (a RemainAfterExit service that exited is finished)."""
+        if self.active_state in ("activating", "deactivating", "reloading"):
+            return True
+        return self.active_state == "active" and self.sub_state != "exited"
+
+    @property
+    def ok(self) -> bool:
+        return self.active_state != "failed" and self.result in ("", "success")
+
+
+class UnitRunner(Protocol):
+    """Runs a named command so that it outlives the caller and can be found again by name."""
+
+    async def start_transient_service(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        properties: Mapping[str, Variant] | None = None,
+        description: str = "",
+    ) -> None: ...
+
+    async def unit_state(self, name: str) -> UnitState: ...
+
+    async def wait_unit_finished(self, name: str, timeout: float) -> UnitState: ...
+
+    async def stop_unit(self, name: str) -> str: ...
+
+    async def clear_unit(self, name: str) -> None: ...
+
+
+def unit_name(name: str) -> str:
+    """`crio` → `crio.service`, as systemctl completes a bare name."""
+    return name if name.endswith(_UNIT_SUFFIXES) else f"{name}.service"
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    status: int | None  # None: killed at the deadline
+    stdout: bytes
+    stderr: bytes
+
+
+async def run_process(
+    argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
+) -> ProcessResult:
+    """Run a command to completion or the deadline (then kill its process group). Output read
+    so far is returned either way, so a timeout can still say what the command was doing."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,
+    )
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: asyncio.StreamReader | None, into: bytearray) -> None:
+        while stream is not None and (chunk := await stream.read(65536)):
+            into.extend(chunk)
+
+    readers = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err))
+    status: int | None = None
+    try:
+        status = await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        pass
+    finally:
+        if proc.returncode is None:  # deadline or cancellation: end all of it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    await readers
+    return ProcessResult(status, bytes(out), bytes(err))
+
+
+class ProcessUnitRunner:
+    """The unit runner for hosts without a reachable systemd (tests, some containers): plain
+    child processes, keyed by unit name on this instance. Nothing survives the agent here."""
+
+    def __init__(self, command_prefix: Sequence[str] = ()) -> None:
+        self._prefix = list(command_prefix)
+        self._procs: dict[str, tuple[asyncio.subprocess.Process, str]] = {}
+
+    async def start_transient_service(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        properties: Mapping[str, Variant] | None = None,
+        description: str = "",
+    ) -> None:
+        if (await self.unit_state(name)).load_state == "loaded":
+            raise HostError(f"unit {name} already exists", kind="exists")
+        proc = await asyncio.create_subprocess_exec(
+            *self._prefix,
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # its own group, so stop_unit can end all of it
+        )
+        self._procs[name] = (proc, description)
+
+    async def unit_state(self, name: str) -> UnitState:
+        entry = self._procs.get(name)
+        if entry is None:
+            return UnitState(name)
+        proc, description = entry
+        code = proc.returncode
+        if code is None:
+            return UnitState(name, "loaded", "active", "running", "success", 0, 0, description)
+        if code == 0:
+            return UnitState(name, "loaded", "active", "exited", "success", 1, 0, description)
+        killed = code < 0
+        return UnitState(
+            name,
+            "loaded",
+            "failed",
+            "failed",
+            "signal" if killed else "exit-code",
+            2 if killed else 1,
+            -code if killed else code,
+            description,
+        )
+
+    async def wait_unit_finished(self, name: str, timeout: float) -> UnitState:
+        entry = self._procs.get(name)
+        if entry is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(entry[0].wait()), timeout)
+            except TimeoutError:
+                raise HostError(
+                    f"{name} still running after {timeout:g}s", kind="timeout"
+                ) from None
+        return await self.unit_state(name)
+
+    async def stop_unit(self, name: str) -> str:
+        entry = self._procs.get(name)
+        if entry is not None and entry[0].returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(entry[0].pid, signal.SIGTERM)
+            await entry[0].wait()
+        self._procs.pop(name, None)
+        return "done"
+
+    async def clear_unit(self, name: str) -> None:
+        await self.stop_unit(name)
+
+
+class Notifier:
+    """sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET per state change."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self._socket = env.get("NOTIFY_SOCKET", "")
+        usec, pid = env.get("WATCHDOG_USEC", ""), env.get("WATCHDOG_PID", "")
+        mine = not pid or pid == str(os.getpid())
+        self._watchdog_usec = int(usec) if usec.isdigit() and mine else 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._socket)
+
+    def watchdog_interval(self) -> float | None:
+        """How often to send WATCHDOG=1: half the unit's WatchdogSec, as sd_watchdog_enabled
+        documents; None when no watchdog is armed for this process."""
+        return self._watchdog_usec / 2e6 if self._watchdog_usec else None
+
+    def notify(self, state: str) -> bool:
+        if not self._socket:
+            return False
+        address = self._socket
+        if address.startswith("@"):
+            address = "\0" + address[1:]  # abstract namespace
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.sendto(state.encode(), address)
+        return True
+
+    def ready(self, status: str = "") -> bool:
+        return self.notify("READY=1" + (f"\nSTATUS={status}" if status else ""))
+
+    def watchdog(self) -> bool:
+        return self.notify("WATCHDOG=1")
+
+    def stopping(self) -> bool:
+        return self.notify("STOPPING=1")
+
+
+class ShutdownInhibitor:
+    """A held logind inhibitor lock; released by closing the fd logind handed out."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class Systemd:
+    """The SystemPort and UnitRunner of a real host, over systemd's and logind's D-Bus APIs.
+
+    `bus_address` None means the system bus (or the session bus with `system_bus=False`);
+    tests pass the address of a private bus that a `systemd --user` manager is on."""
+
+    def __init__(
+        self,
+        bus_address: str | None = None,
+        *,
+        system_bus: bool = True,
+        job_timeout: float = 120.0,
+        call_timeout: float = 30.0,
+        command_timeout: float = 300.0,
+        boot_id_path: Path = Path("/proc/sys/kernel/random/boot_id"),
+        update_ca_trust: Sequence[str] = ("update-ca-trust",),
+        command_prefix: Sequence[str] = (),
+        poll_interval: float = 1.0,
+    ) -> None:
+        self._address = bus_address
+        self._bus_type = BusType.SYSTEM if system_bus else BusType.SESSION
+        self.job_timeout = job_timeout
+        self.call_timeout = call_timeout
+        self.command_timeout = command_timeout
+        self.boot_id_path = Path(boot_id_path)
+        self._update_ca_trust = [*command_prefix, *update_ca_trust]
+        self._poll = poll_interval
+        self._bus: MessageBus | None = None
+        self._connecting = asyncio.Lock()
+        self._job_waiters: dict[str, asyncio.Future[str]] = {}
+        self._early_jobs: dict[str, str] = {}
+        self._unit_watchers: dict[str, set[asyncio.Event]] = {}
+
+    # -- connection ----------------------------------------------------------------------
+    async def _connect(self) -> MessageBus:
+        async with self._connecting:
+            if self._bus is not None and self._bus.connected:
+                return self._bus
+            bus = MessageBus(
+                bus_address=self._address, bus_type=self._bus_type, negotiate_unix_fd=True
+            )
+            await asyncio.wait_for(bus.connect(), self.call_timeout)
+            bus.add_message_handler(self._on_message)
+            for rule in (
+                f"type='signal',sender='{SYSTEMD}',interface='{MANAGER}',member='JobRemoved'",
+                f"type='signal',sender='{SYSTEMD}',interface='{PROPERTIES}',"
+                f"member='PropertiesChanged',path_namespace='{SYSTEMD_PATH}/unit'",
+            ):
+                await self._raw_call(
+                    bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus", "AddMatch", "s", [rule],
+                )  # fmt: skip
+            self._bus = bus
+            # systemd only emits unit and job signals to clients that subscribed.
+            await self._call(SYSTEMD, SYSTEMD_PATH, MANAGER, "Subscribe")
+            return bus
+
+    async def close(self) -> None:
+        if self._bus is not None:
+            self._bus.disconnect()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._bus.wait_for_disconnect(), 5)
+            self._bus = None
+
+    async def __aenter__(self) -> Systemd:
+        await self._connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _on_message(self, msg: Message) -> None:
+        if msg.message_type != MessageType.SIGNAL:
+            return
+        if msg.member == "JobRemoved" and msg.interface == MANAGER:
+            _id, job, _unit, result = msg.body
+            waiter = self._job_waiters.pop(job, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(result)
+            elif waiter is None:
+                self._early_jobs[job] = result
+                while len(self._early_jobs) > _MAX_EARLY_JOBS:
+                    self._early_jobs.pop(next(iter(self._early_jobs)))
+        elif msg.member == "PropertiesChanged" and msg.path in self._unit_watchers:
+            for event in self._unit_watchers[msg.path]:
+                event.set()
+
+    async def _raw_call(
+        self,
+        bus: MessageBus,
+        dest: str,
+        path: str,
+        iface: str,
+        member: str,
+        signature: str = "",
+        body: Sequence[Any] = (),
+        timeout: float | None = None,
+    ) -> Message:
+        msg = Message(
+            destination=dest,
+            path=path,
+            interface=iface,
+            member=member,
+            signature=signature,
+            body=list(body),
+        )
+        try:
+            reply = await asyncio.wait_for(bus.call(msg), timeout or self.call_timeout)
+        except TimeoutError:
+            raise HostError(f"D-Bus call {iface}.{member} timed out", kind="timeout") from None
+        if reply is None:
+            raise HostError(f"D-Bus call {iface}.{member}: no reply", kind="systemd")
+        if reply.message_type == MessageType.ERROR:
+            detail = reply.body[0] if reply.body else ""
+            raise DBusCallError(reply.error_name or "unknown", str(detail))
+        return reply
+
+    async def _call(
+        self,
+        dest: str,
+        path: str,
+        iface: str,
+        member: str,
+        signature: str = "",
+        body: Sequence[Any] = (),
+        timeout: float | None = None,
+    ) -> Message:
+        bus = await self._connect()
+        return await self._raw_call(bus, dest, path, iface, member, signature, body, timeout)
+
+    async def _manager(self, member: str, signature: str = "", *body: Any) -> list[Any]:
+        reply = await self._call(SYSTEMD, SYSTEMD_PATH, MANAGER, member, signature, body)
+        return list(reply.body)
+
+    # -- jobs ----------------------------------------------------------------------------
+    async def _job(self, member: str, name: str, mode: str = "replace") -> str:
+        """Queue a unit job and wait for its JobRemoved; returns systemd's result string
+        (`done`, `failed`, `canceled`, `timeout`, `dependency`, `skipped`)."""
+        (job,) = await self._manager(member, "ss", unit_name(name), mode)
+        if job in self._early_jobs:
+            return self._early_jobs.pop(job)
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._job_waiters[job] = waiter
+        try:
+            return await asyncio.wait_for(waiter, self.job_timeout)
+        except TimeoutError:
+            raise HostError(
+                f"{member} {name}: job not finished after {self.job_timeout:g}s", kind="timeout"
+            ) from None
+        finally:
+            self._job_waiters.pop(job, None)
+
+    async def start_unit(self, name: str) -> str:
+        return await self._job("StartUnit", name)
+
+    async def stop_unit(self, name: str) -> str:
+        return await self._job("StopUnit", name)
+
+    async def restart_unit(self, name: str) -> str:
+        return await self._job("RestartUnit", name)
+
+    async def reload_unit(self, name: str) -> str:
+        return await self._job("ReloadUnit", name)
+
+    async def daemon_reload(self) -> None:
+        # Manager.Reload replies once the reload is complete; it can take a while on big hosts.
+        await self._call(SYSTEMD, SYSTEMD_PATH, MANAGER, "Reload", timeout=self.job_timeout)
+
+    async def mask_unit(self, name: str, *, stop: bool = True) -> None:
+        """Mask persistently (runtime=false: survives reboots) and reload. A masked unit that is
+        still active keeps running, so stop it too: for `bootc-fetch-apply-updates.timer` a live
+        timer would still fire `bootc upgrade --apply`."""
+        await self._manager("MaskUnitFiles", "asbb", [unit_name(name)], False, True)
+        await self.daemon_reload()
+        if stop and (await self.unit_state(name)).active_state != "inactive":
+            await self.stop_unit(name)
+
+    async def unmask_unit(self, name: str) -> None:
+        await self._manager("UnmaskUnitFiles", "asb", [unit_name(name)], False)
+        await self.daemon_reload()
+
+    # -- units ---------------------------------------------------------------------------
+    async def _unit_path(self, name: str) -> str:
+        # LoadUnit (not GetUnit) so that a unit not loaded yet reads as not-found/inactive
+        # instead of an error.
+        (path,) = await self._manager("LoadUnit", "s", unit_name(name))
+        return str(path)
+
+    async def _get_all(self, path: str, iface: str) -> dict[str, Any]:
+        reply = await self._call(SYSTEMD, path, PROPERTIES, "GetAll", "s", [iface])
+        return {key: value.value for key, value in reply.body[0].items()}
+
+    async def unit_state(self, name: str) -> UnitState:
+        full = unit_name(name)
+        path = await self._unit_path(full)
+        unit = await self._get_all(path, UNIT)
+        service: dict[str, Any] = {}
+        if full.endswith(".service") and unit.get("LoadState") != "not-found":
+            service = await self._get_all(path, SERVICE)
+        return UnitState(
+            name=full,
+            load_state=str(unit.get("LoadState", "")),
+            active_state=str(unit.get("ActiveState", "")),
+            sub_state=str(unit.get("SubState", "")),
+            result=str(service.get("Result", "")),
+            exec_main_code=int(service.get("ExecMainCode", 0)),
+            exec_main_status=int(service.get("ExecMainStatus", 0)),
+            description=str(unit.get("Description", "")),
+        )
+
+    async def wait_unit_finished(self, name: str, timeout: float) -> UnitState:
+        """Wait until the unit is no longer starting or running; PropertiesChanged wakes us,
+        a slow poll covers a missed signal."""
+        path = await self._unit_path(name)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        event = asyncio.Event()
+        self._unit_watchers.setdefault(path, set()).add(event)
+        try:
+            while True:
+                event.clear()
+                state = await self.unit_state(name)
+                if not state.running:
+                    return state
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise HostError(f"{name} still running after {timeout:g}s", kind="timeout")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(remaining, self._poll))
+        finally:
+            watchers = self._unit_watchers.get(path, set())
+            watchers.discard(event)
+            if not watchers:
+                self._unit_watchers.pop(path, None)
+
+    async def start_transient_service(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        properties: Mapping[str, Variant] | None = None,
+        description: str = "",
+    ) -> None:
+        """Start `argv` as transient service `name` and wait until it is running. Type=exec so
+        a failed exec is a failed start; RemainAfterExit so the result stays readable after the
+        process ends (an adopting agent reads it), until `clear_unit`. Mode "fail": a second
+        start of a unit that exists is an error, never a second process."""
+        exe = argv[0] if argv[0].startswith("/") else shutil.which(argv[0])
+        if not exe:
+            raise HostError(f"cannot start {name}: {argv[0]} not found", kind="systemd")
+        props: dict[str, Variant] = {
+            "Description": Variant("s", description or name),
+            "Type": Variant("s", "exec"),
+            "RemainAfterExit": Variant("b", True),
+            "ExecStart": Variant("a(sasb)", [[exe, [exe, *argv[1:]], False]]),
+        }
+        if env:
+            props["Environment"] = Variant("as", [f"{k}={v}" for k, v in env.items()])
+        props.update(properties or {})
+        try:
+            (job,) = await self._manager(
+                "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                unit_name(name), "fail", [[k, v] for k, v in props.items()], [],
+            )  # fmt: skip
+        except DBusCallError as exc:
+            if exc.name == "org.freedesktop.systemd1.UnitExists":
+                raise HostError(f"unit {name} already exists", kind="exists") from None
+            raise
+        result = self._early_jobs.pop(job, None)
+        if result is None:
+            waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            self._job_waiters[job] = waiter
+            try:
+                result = await asyncio.wait_for(waiter, self.job_timeout)
+            finally:
+                self._job_waiters.pop(job, None)
+        if result != "done":
+            raise HostError(f"starting {name}: job {result}", kind="systemd")
+
+    async def clear_unit(self, name: str) -> None:
+        """Forget a finished transient unit (stop an exited one, reset a failed one) so the
+        name can be used again."""
+        state = await self.unit_state(name)
+        if state.active_state == "failed":
+            await self._manager("ResetFailedUnit", "s", unit_name(name))
+        elif state.active_state != "inactive":
+            await self.stop_unit(name)
+
+    # -- boot, reboot, inhibitors ---------------------------------------------------------
+    async def boot_id(self) -> str:
+        return self.boot_id_path.read_text().strip()
+
+    async def soft_reboots_count(self) -> int:
+        """systemd's SoftRebootsCount (v254+); 0 where the property does not exist."""
+        try:
+            reply = await self._call(
+                SYSTEMD, SYSTEMD_PATH, PROPERTIES, "Get", "ss", [MANAGER, "SoftRebootsCount"]
+            )
+        except DBusCallError as exc:
+            if exc.name in _NO_PROPERTY:
+                return 0
+            raise
+        return int(reply.body[0].value)
+
+    async def reboot(self, *, soft: bool = False) -> None:
+        """Request a reboot and return. Soft: systemd's SoftReboot (v254+; bootc prepared the
+        next root); where systemd lacks it, fall back to a full reboot, which a prepared
+        /run/nextroot on systemd >= 255 turns into a soft one anyway."""
+        if soft:
+            try:
+                await self._manager("SoftReboot", "s", "")
+                return
+            except DBusCallError as exc:
+                if exc.name != UNKNOWN_METHOD:
+                    raise
+        # interactive=false: never wait for a polkit prompt.
+        await self._call(LOGIND, LOGIND_PATH, LOGIND_MANAGER, "Reboot", "b", [False])
+
+    async def inhibit_shutdown(self, who: str, why: str, mode: str = "delay") -> ShutdownInhibitor:
+        """Take a logind inhibitor lock on shutdown; logind delays a shutdown (up to
+        InhibitDelayMaxSec) until the returned lock is released."""
+        reply = await self._call(
+            LOGIND, LOGIND_PATH, LOGIND_MANAGER, "Inhibit", "ssss", ["shutdown", who, why, mode]
+        )
+        if not reply.unix_fds:
+            raise HostError("logind Inhibit returned no file descriptor", kind="systemd")
+        fd = reply.unix_fds[reply.body[0]]
+        for extra in reply.unix_fds:
+            if extra != fd:
+                os.close(extra)
+        return ShutdownInhibitor(fd)
+
+    @contextlib.asynccontextmanager
+    async def shutdown_delayed(self, who: str, why: str) -> AsyncIterator[ShutdownInhibitor]:
+        lock = await self.inhibit_shutdown(who, why)
+        try:
+            yield lock
+        finally:
+            lock.release()
+
+    # -- follow-up actions -----------------------------------------------------------------
+    async def perform(self, action: str) -> None:
+        verb, _, target = action.strip().partition(" ")
+        target = target.strip()
+        if verb == "daemon-reload" and not target:
+            await self.daemon_reload()
+            return
+        if verb == "update-ca-trust" and not target:
+            await self._run_update_ca_trust()
+            return
+        jobs = {"restart": self.restart_unit, "reload": self.reload_unit}
+        if verb not in jobs or not target or " " in target:
+            raise HostError(f"unknown follow-up action {action!r}", kind="input")
+        result = await jobs[verb](target)
+        if result != "done":
+            raise HostError(f"{verb} {unit_name(target)}: job {result}", kind="unit")
+
+    async def _run_update_ca_trust(self) -> None:
+        result = await run_process(self._update_ca_trust, self.command_timeout)
+        if result.status is None:
+            raise HostError(
+                f"update-ca-trust timed out after {self.command_timeout:g}s", kind="timeout"
+            )
+        if result.status != 0:
+            tail = result.stderr.decode(errors="replace").strip().splitlines()[-1:]
+            raise HostError(
+                f"update-ca-trust exited {result.status}: {' '.join(tail)}", kind="command"
+            )

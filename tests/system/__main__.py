@@ -1,0 +1,117 @@
+"""`python -m tests.system run [-k NAME] [--keep]`: the system tier.
+
+Builds (or reuses) the cached rootfs, starts the loopback registries, pushes the test images,
+runs each scenario in its own nspawn machine and prints pass/fail, boots and wall time.
+Exit status: 0 when every selected scenario passed, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.system.machine import MachineError
+from tests.system.rootfs import ensure_rootfs
+from tests.system.scenarios import SCENARIOS, Scenario, agent_missing
+from tests.system.world import World, cleanup
+
+TOOLS = ("mmdebstrap", "systemd-nspawn", "docker-registry", "skopeo", "nsenter", "journalctl")
+
+
+@dataclass
+class Result:
+    name: str
+    ok: bool
+    boots: int
+    seconds: float
+    detail: str = ""
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run_one(world: World, scenario: Scenario, blocked: str | None) -> Result:
+    if scenario.needs_agent and blocked:
+        return Result(scenario.name, False, 0, 0.0, blocked)
+    start = time.monotonic()
+    machine = world.machine(scenario.name)
+    try:
+        scenario.run(world, machine)
+        return Result(scenario.name, True, machine.boots, time.monotonic() - start)
+    except MachineError as exc:
+        return Result(scenario.name, False, machine.boots, time.monotonic() - start, str(exc))
+    except Exception:  # a harness bug must still report and clean up the machine
+        detail = traceback.format_exc(limit=4)
+        return Result(scenario.name, False, machine.boots, time.monotonic() - start, detail)
+    finally:
+        world.destroy(machine)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        say(f"missing host tools: {', '.join(missing)} (run tests/system/setup-host.sh)")
+        return 1
+    selected = [s for s in SCENARIOS if not args.k or any(k in s.name for k in args.k)]
+    total = time.monotonic()
+    rootfs = ensure_rootfs(log=say)
+    say(f"rootfs: {rootfs.path} ({'built' if rootfs.built else 'cached'}, {rootfs.seconds:.1f}s)")
+    blocked = agent_missing()
+    if blocked:
+        say(f"agent: {blocked}")
+    base = Path(os.environ.get("IMA_SYSTEM_WORK", tempfile.gettempdir()))
+    workdir = Path(tempfile.mkdtemp(prefix="ima-system-", dir=base))
+    world = World(rootfs.path, workdir, keep=args.keep)
+    results: list[Result] = []
+    try:
+        t = time.monotonic()
+        world.start()
+        say(f"registries up, images pushed ({time.monotonic() - t:.1f}s): "
+            + ", ".join(f"{k}={v.digest[7:19]}" for k, v in world.images.items()))  # fmt: skip
+        for scenario in selected:
+            result = run_one(world, scenario, blocked)
+            results.append(result)
+            mark = "PASS" if result.ok else "FAIL"
+            say(f"{mark} {result.name:<16} boots={result.boots} {result.seconds:6.1f}s"
+                + (f"  {result.detail}" if result.detail else ""))  # fmt: skip
+    finally:
+        world.stop()
+        cleanup(workdir, args.keep)
+    passed = sum(r.ok for r in results)
+    say(f"{passed}/{len(results)} passed in {time.monotonic() - total:.1f}s"
+        + (f" (kept {workdir})" if args.keep else ""))  # fmt: skip
+    return 0 if passed == len(results) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.system", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the scenarios")
+    run.add_argument("-k", action="append", help="only scenarios whose name contains this")
+    run.add_argument("--keep", action="store_true", help="keep machines and logs for debugging")
+    sub.add_parser("list", help="list the scenarios")
+    sub.add_parser("build", help="build (or find) the cached rootfs only")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for s in SCENARIOS:
+            say(f"{s.name:<16} {(s.doc or '').splitlines()[0] if s.doc else ''}")
+        return 0
+    if args.command == "build":
+        rootfs = ensure_rootfs(log=say)
+        say(f"{rootfs.path} ({'built' if rootfs.built else 'cached'}, {rootfs.seconds:.1f}s)")
+        return 0
+    if os.geteuid() != 0:
+        say("the system tier needs root (mount, systemd-nspawn)")
+        return 1
+    return cmd_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

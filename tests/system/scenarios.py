@@ -1,0 +1,285 @@
+"""The system tier's scenarios. Each gets a fresh machine (an overlay of the cached rootfs) and
+raises on the first expectation that does not hold; `boots` is counted by the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tests.system.machine import Machine, MachineError
+from tests.system.rootfs import REPO
+from tests.system.world import (
+    AGENT_STATE,
+    AGENT_UNIT,
+    KEY_A,
+    KEY_B,
+    STANDIN_STATE,
+    Image,
+    World,
+)
+
+AGENT_TIMEOUT = 90  # seconds for the agent to settle after a change (staging included)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    run: Callable[[World, Machine], None]
+    needs_agent: bool = True
+    doc: str = ""
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def expect(ok: object, what: str) -> None:
+    if not ok:
+        raise MachineError(what)
+
+
+def bootc_status(m: Machine) -> dict:
+    return json.loads(m.sh("bootc status --format json --format-version 1").stdout)
+
+
+def booted_digest(m: Machine) -> str | None:
+    state = m.read_json(f"{STANDIN_STATE}/state.json") or {}
+    return (state.get("booted") or {}).get("digest")
+
+
+def agent_status(m: Machine) -> dict:
+    return m.read_json(f"{AGENT_STATE}/status.json") or {}
+
+
+def wait_state(m: Machine, state: str, what: str, timeout: float = AGENT_TIMEOUT, **match) -> dict:
+    """Until the agent's status.json says `state` (and each `match` key contains its text)."""
+
+    def ok() -> dict | None:
+        s = agent_status(m)
+        if s.get("state") != state:
+            return None
+        if all(text in str(s.get(k) or "") for k, text in match.items()):
+            return s
+        return None
+
+    try:
+        return m.wait_for(ok, timeout, what)  # type: ignore[return-value]
+    except MachineError as exc:
+        raise MachineError(f"{exc}; last agent status: {agent_status(m)}") from None
+
+
+def settle_done(m: Machine, image: Image) -> dict:
+    return wait_state(m, "Done", f"Done on {image.tag}", currentImage=image.digest)
+
+
+def no_more_boots(m: Machine, boots: int, seconds: float = 3) -> None:
+    """Nothing reboots behind our back once settled."""
+    time.sleep(seconds)
+    expect(m.boots == boots, f"expected {boots} boot(s), the machine booted {m.boots} times")
+
+
+def start_managed(w: World, m: Machine, image: Image) -> None:
+    w.boot_into(m, image)
+    w.install_agent(m, image)
+    m.start()
+    m.wait_booted(1)
+    settle_done(m, image)
+
+
+# ---- scenarios --------------------------------------------------------------------------------
+
+
+def platform(w: World, m: Machine) -> None:
+    """Harness proof without the agent: PID 1, bus, boot IDs across a reboot, the registry from
+    inside, the stand-in bootc pulling by digest, a missing manifest and an auth failure."""
+    v1, v2 = w.images["v1"], w.images["v2"]
+    w.boot_into(m, v1)
+    m.start()
+    first = m.wait_booted(1)
+    m.wait_system_up()
+    expect(m.sh("cat /proc/1/comm").stdout.strip() == "systemd", "PID 1 is not systemd")
+    m.sh("test -S /run/dbus/system_bus_socket && busctl --system status >/dev/null")
+    expect(m.read("/usr/lib/testos-release") == "VERSION=v1\n", "v1's files not applied at boot")
+    digest = m.sh(f"skopeo inspect --format '{{{{.Digest}}}}' docker://{v2.name}:v2").stdout
+    expect(digest.strip() == v2.digest, f"registry digest {digest!r} != pushed {v2.digest}")
+
+    missing = m.sh(f"bootc switch {w.images['missing'].pinned}", check=False)
+    expect(missing.returncode == 1, f"switch to a missing image exited {missing.returncode}")
+    expect("manifest unknown" in missing.stderr, f"no 'manifest unknown': {missing.stderr}")
+    auth = w.images["auth-v2"]
+    denied = m.sh(f"bootc switch {auth.pinned}", check=False)
+    unauthorized = re.search(r"unauthorized|authentication required", denied.stderr, re.I)
+    expect(denied.returncode == 1 and unauthorized, f"no auth failure: {denied.stderr}")
+    expect(bootc_status(m)["status"]["staged"] is None, "a failed switch left a staged image")
+
+    m.sh(f"bootc switch --transport registry {v2.pinned}")
+    staged = bootc_status(m)["status"]["staged"]
+    expect(staged and staged["image"]["imageDigest"] == v2.digest, f"v2 not staged: {staged}")
+    m.sh("systemctl reboot --no-block")
+    second = m.wait_booted(2)
+    expect(m.exit_codes[:1] == [133], f"reboot exit codes {m.exit_codes}")
+    expect(second["bootId"] != first["bootId"], "the boot ID did not change across the reboot")
+    expect(second["event"] == "booted-staged", f"second boot: {second}")
+    m.wait_system_up()
+    st = bootc_status(m)["status"]
+    expect(st["booted"]["image"]["imageDigest"] == v2.digest, "v2 is not booted after reboot")
+    expect(st["rollback"]["image"]["imageDigest"] == v1.digest, "v1 is not the rollback")
+    expect(m.read("/usr/lib/testos-release") == "VERSION=v2\n", "v2's files not applied")
+
+    # A pull secret where bootc looks for one makes the auth registry pull work.
+    m.sh(f"mkdir -p /run/ostree && cat > /run/ostree/auth.json <<'EOF'\n"
+         f"{(w.workdir / 'auth.json').read_text()}\nEOF")  # fmt: skip
+    m.sh(f"bootc switch {auth.pinned}")
+    m.stop()
+    expect(m.boots == 2, f"expected 2 boots, got {m.boots}")
+
+
+def live_ssh_key(w: World, m: Machine) -> None:
+    """An SSH key change is written live: no stage, no reboot."""
+    v1 = w.images["v1"]
+    start_managed(w, m, v1)
+    path = "/home/core/.ssh/authorized_keys.d/ignition"
+    m.wait_for(lambda: KEY_A in (m.read(path) or ""), 10, "key A written")
+    w.set_desired(m, v1, KEY_B)
+    m.wait_for(lambda: (m.read(path) or "").strip() == KEY_B, AGENT_TIMEOUT, "key B written")
+    wait_state(m, "Done", "Done after the key change", currentConfig=KEY_B[-6:])
+    info = m.path(path).stat()
+    expect(stat.S_IMODE(info.st_mode) == 0o600, f"mode {oct(info.st_mode)}")
+    core_uid = int(m.sh("id -u core").stdout)
+    expect(info.st_uid == core_uid, f"owner uid {info.st_uid}, core is {core_uid}")
+    expect(bootc_status(m)["status"]["staged"] is None, "something was staged for a key change")
+    no_more_boots(m, 1)
+
+
+def image_update(w: World, m: Machine) -> None:
+    """v1 → v2: staged, exactly one reboot, verified before boot-complete, committed."""
+    v1, v2 = w.images["v1"], w.images["v2"]
+    start_managed(w, m, v1)
+    w.set_desired(m, v2)
+    m.wait_booted(2, AGENT_TIMEOUT)
+    settle_done(m, v2)
+    expect(booted_digest(m) == v2.digest, "v2 is not the booted deployment")
+    m.wait_system_up()
+    verify = m.sh("systemctl show -p ActiveState,Result image-mode-agent-verify.service").stdout
+    expect("Result=success" in verify, f"verify unit: {verify}")
+    m.sh("systemctl is-active boot-complete.target")
+    no_more_boots(m, 2)
+
+
+def health_rollback(w: World, m: Machine) -> None:
+    """v3 ships a required check that fails: rolled back to v1, the cause recorded, and v3's
+    check is gone with it."""
+    v1, v3 = w.images["v1"], w.images["v3"]
+    start_managed(w, m, v1)
+    w.set_desired(m, v3)
+    m.wait_booted(3, AGENT_TIMEOUT * 2)
+    status = wait_state(m, "Degraded", "Degraded after the rollback", reason="50-testos-health")
+    expect("payments service did not start" in status["reason"], f"cause: {status['reason']}")
+    expect(booted_digest(m) == v1.digest, "v1 is not booted after the rollback")
+    expect(not m.path("/etc/image-mode-agent/check/required.d/50-testos-health").exists(),
+           "v3's failing check survived the rollback")  # fmt: skip
+    no_more_boots(m, 3, seconds=5)
+
+
+def missing_image(w: World, m: Machine) -> None:
+    """An image the registry does not have: Degraded with that reason, nothing disrupted."""
+    v1, missing = w.images["v1"], w.images["missing"]
+    start_managed(w, m, v1)
+    w.set_desired(m, missing)
+    status = wait_state(m, "Degraded", "Degraded for the missing image")
+    expect(re.search(r"manifest unknown|image-missing|not found", status["reason"], re.I),
+           f"reason does not say the image is missing: {status['reason']}")  # fmt: skip
+    expect(bootc_status(m)["status"]["staged"] is None, "something was staged")
+    expect(booted_digest(m) == v1.digest, "the booted image changed")
+    no_more_boots(m, 1)
+
+
+def crash_recovery(w: World, m: Machine) -> None:
+    """SIGKILL while staging, and again right after the agent journaled the reboot (the
+    reboot request held back by a runtime mask of reboot.target): one reboot in total."""
+    v1, v2 = w.images["v1"], w.images["v2"]
+    start_managed(w, m, v1)
+    m.write(f"{STANDIN_STATE}/pull-delay", "6")
+    m.sh("systemctl mask --runtime reboot.target")
+    w.set_desired(m, v2)
+    m.wait_for(lambda: m.path(f"{STANDIN_STATE}/pulling").exists(), AGENT_TIMEOUT, "staging")
+    kill_agent(m)
+    m.path(f"{STANDIN_STATE}/pull-delay").unlink()
+
+    def journaled_reboot() -> bool:
+        return (m.read_json(f"{AGENT_STATE}/journal.json") or {}).get("phase") == "rebooting"
+
+    m.wait_for(journaled_reboot, AGENT_TIMEOUT, "the agent to journal the reboot")
+    expect(m.boots == 1, "rebooted although reboot.target was masked")
+    kill_agent(m)
+    m.sh("systemctl unmask --runtime reboot.target")
+    m.wait_booted(2, AGENT_TIMEOUT)
+    settle_done(m, v2)
+    no_more_boots(m, 2)
+
+
+def kill_agent(m: Machine) -> None:
+    r = m.sh(f"systemctl kill --kill-who=main --signal=SIGKILL {AGENT_UNIT}", check=False)
+    expect(r.returncode == 0, f"could not kill the agent: {r.stderr}")
+
+
+STANDARD_FIELDS = re.compile(
+    r"^(_.*|__.*|MESSAGE|PRIORITY|SYSLOG_.*|CODE_(FILE|LINE|FUNC)|INVOCATION_ID|TID|ERRNO)$"
+)
+
+
+def journald_fields(w: World, m: Machine) -> None:
+    """The agent logs to journald with its own structured fields, not only a MESSAGE line."""
+    start_managed(w, m, w.images["v1"])
+    entries = m.journal(f"_SYSTEMD_UNIT={AGENT_UNIT}")
+    expect(entries, "no journal entries from the agent unit")
+    custom = {k for e in entries for k in e if not STANDARD_FIELDS.match(k)}
+    expect(custom, "the agent's journal entries carry no structured fields beyond MESSAGE; "
+           f"sample: {entries[-1].get('MESSAGE', '')[:200]!r}")  # fmt: skip
+
+
+def timer_masked(w: World, m: Machine) -> None:
+    """bootc's own update timer is masked on a host the agent manages (one driver only)."""
+    start_managed(w, m, w.images["v1"])
+    state = m.sh("systemctl is-enabled bootc-fetch-apply-updates.timer", check=False).stdout
+    expect(state.strip() in ("masked", "masked-runtime"), f"timer is {state.strip()!r}")
+
+
+SCENARIOS = [
+    Scenario("platform", platform, needs_agent=False, doc=platform.__doc__ or ""),
+    Scenario("live-ssh-key", live_ssh_key),
+    Scenario("image-update", image_update),
+    Scenario("health-rollback", health_rollback),
+    Scenario("missing-image", missing_image),
+    Scenario("crash-recovery", crash_recovery),
+    Scenario("journald-fields", journald_fields),
+    Scenario("timer-masked", timer_masked),
+]
+
+
+def agent_missing() -> str | None:
+    """Why the agent cannot run as a host service yet, or None when it can."""
+    units = REPO / "systemd"
+    for unit in ("image-mode-agent.service", "image-mode-agent-verify.service"):
+        if not (units / unit).exists():
+            return f"needs --host local: systemd/{unit} is not in the repo yet"
+    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent"}
+    probe = subprocess.run(
+        ["timeout", "30", str(REPO / ".venv/bin/python"), "-m", "agent", "run",
+         "--source", "file:/nonexistent", "--host", "local", "--once", "--dry-run"],
+        capture_output=True, text=True, env=env, cwd=REPO,
+    )  # fmt: skip
+    if "unknown host" in probe.stderr:
+        return "needs --host local: `image-mode-agent run --host local` is not implemented yet"
+    verify = subprocess.run(
+        ["timeout", "30", str(REPO / ".venv/bin/python"), "-m", "agent", "verify", "--help"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    if verify.returncode != 0:
+        return "needs --host local: `image-mode-agent verify` is not implemented yet"
+    return None

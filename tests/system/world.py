@@ -1,0 +1,155 @@
+"""What every scenario shares in one run: the rootfs, the registries, the test images, and the
+steps that turn a fresh machine into an agent-managed bootc host."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.system import oci
+from tests.system.machine import Machine
+from tests.system.registry import Registry
+from tests.system.rootfs import REPO
+
+IMAGE_REPO = "testos"
+STANDIN_STATE = "/var/lib/standin-bootc"
+DESIRED = "/etc/image-mode-agent/desired.yaml"
+AGENT_STATE = "/var/lib/image-mode-agent"
+AGENT_UNIT = "image-mode-agent.service"
+VERIFY_UNIT = "image-mode-agent-verify.service"
+KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA test-a"
+KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB test-b"
+FAILING_CHECK = "#!/bin/sh\necho 'testos v3: payments service did not start'\nexit 1\n"
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str  # registry/repo
+    tag: str
+    digest: str
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+
+def image_files(version: str) -> dict[str, tuple[str, int]]:
+    return {
+        "usr/lib/testos-release": (f"VERSION={version}\n", 0o644),
+        "usr/lib/os-release": (f"NAME=testos\nID=testos\nVERSION_ID={version}\n", 0o644),
+    }
+
+
+@dataclass
+class World:
+    rootfs: Path
+    workdir: Path
+    keep: bool = False
+    registry: Registry | None = None
+    auth_registry: Registry | None = None
+    images: dict[str, Image] = field(default_factory=dict)
+
+    def start(self) -> World:
+        self.registry = Registry(self.workdir / "registry").start()
+        self.auth_registry = Registry(
+            self.workdir / "auth-registry", user="puller", password="s3cret"
+        ).start()
+        layout = self.workdir / "oci"
+        name = f"{self.registry.host}/{IMAGE_REPO}"
+        for version in ("v1", "v2", "v3"):
+            files = image_files(version)
+            if version == "v3":  # ships an admin health check that fails: must be rolled back
+                files["etc/image-mode-agent/check/required.d/50-testos-health"] = (
+                    FAILING_CHECK,
+                    0o755,
+                )
+            oci.write_image(layout, version, version, files)
+            digest = oci.push(layout, version, f"{name}:{version}")
+            self.images[version] = Image(name, version, digest)
+        auth = self.auth_registry.authfile(self.workdir / "auth.json")
+        auth_name = f"{self.auth_registry.host}/{IMAGE_REPO}"
+        digest = oci.push(layout, "v2", f"{auth_name}:v2", authfile=auth)
+        self.images["auth-v2"] = Image(auth_name, "v2", digest)
+        # Never pushed: the registry answers "manifest unknown" for it.
+        absent = "sha256:" + hashlib.sha256(b"never pushed").hexdigest()
+        self.images["missing"] = Image(name, "missing", absent)
+        return self
+
+    def stop(self) -> None:
+        for reg in (self.registry, self.auth_registry):
+            if reg:
+                reg.stop()
+
+    # ---- machines -----------------------------------------------------------------------------
+
+    def machine(self, name: str) -> Machine:
+        machine = Machine(self.rootfs, self.workdir / "machines" / name, name).create()
+        assert self.registry and self.auth_registry
+        # Plain HTTP on loopback, as containers-image's registries.conf allows (bootc reads it).
+        conf = "".join(
+            f'[[registry]]\nlocation = "{reg.host}"\ninsecure = true\n\n'
+            for reg in (self.registry, self.auth_registry)
+        )
+        machine.write("/etc/containers/registries.conf.d/50-system-tier.conf", conf)
+        return machine
+
+    def boot_into(self, machine: Machine, image: Image) -> None:
+        """Make `image` the booted deployment of a not-yet-started machine (as an install
+        would): the stand-in's state plus the image in its local store."""
+        store = machine.path(f"{STANDIN_STATE}/store")
+        store.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["timeout", "60", "skopeo", "copy", "--quiet", "--src-tls-verify=false",
+             f"docker://{image.pinned}", f"oci:{store}:{image.digest[7:]}"],
+            check=True,
+        )  # fmt: skip
+        slot = {
+            "ref": image.pinned,
+            "name": image.name,
+            "digest": image.digest,
+            "version": image.tag,
+            "timestamp": "2026-01-01T00:00:00Z",
+            "architecture": "amd64",
+        }
+        state = {"booted": slot, "staged": None, "rollback": None, "rollbackQueued": False}
+        machine.write(f"{STANDIN_STATE}/state.json", json.dumps(state, indent=2))
+
+    def install_agent(self, machine: Machine, image: Image, key: str = KEY_A) -> None:
+        """The repo's units, enabled with the host's `systemctl --root` (no bus needed), and a
+        desired-state document matching what the machine boots."""
+        for unit in sorted((REPO / "systemd").glob("*")):
+            if unit.suffix in (".service", ".target", ".timer", ".path", ".socket"):
+                machine.write(f"/etc/systemd/system/{unit.name}", unit.read_text())
+        for unit in (AGENT_UNIT, VERIFY_UNIT):
+            subprocess.run(
+                ["timeout", "30", "systemctl", f"--root={machine.root}", "enable", unit],
+                check=True, capture_output=True,
+            )  # fmt: skip
+        self.set_desired(machine, image, key)
+
+    def set_desired(self, machine: Machine, image: Image, key: str = KEY_A, name: str = "") -> None:
+        doc = {
+            "apiVersion": "machineconfiguration.openshift.io/v1",
+            "kind": "MachineConfig",
+            "metadata": {"name": name or f"rendered-worker-{image.tag}-{key[-6:]}"},
+            "spec": {
+                "osImageURL": image.pinned,
+                "config": {
+                    "ignition": {"version": "3.4.0"},
+                    "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": [key]}]},
+                },
+            },
+        }
+        machine.write(DESIRED, json.dumps(doc, indent=1))
+
+    def destroy(self, machine: Machine) -> None:
+        machine.destroy(keep=self.keep)
+
+
+def cleanup(workdir: Path, keep: bool) -> None:
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)

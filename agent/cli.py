@@ -109,7 +109,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
         sim = SimulatedHost.create(base, args.image, files)
         print(json.dumps(sim.status_document()["status"]["booted"]["image"], indent=2))
     elif args.sim_command == "add-image":
-        print(SimulatedHost(base).add_image(args.ref, files, boot_fails=args.boot_fails))
+        sim = SimulatedHost(base)
+        print(
+            sim.add_image(
+                args.ref, files, boot_fails=args.boot_fails, pull_seconds=args.pull_seconds
+            )
+        )
     elif args.sim_command == "next-boot-fails":
         SimulatedHost(base).set_next_boot_fails(True)
     else:
@@ -178,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("ref", help="registry/path:tag")
     add.add_argument("--file", action="append", help="RELATIVE/PATH=TEXT the image ships")
     add.add_argument("--boot-fails", action="store_true", help="its boots never complete")
+    add.add_argument("--pull-seconds", type=float, default=0.0, help="how long a pull takes")
     fail = sim_sub.add_parser("next-boot-fails", help="the next boot falls back")
     fail.add_argument("dir")
     show = sim_sub.add_parser("status", help="print the host as `bootc status` would")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -65,7 +67,24 @@ def _exit_code(outcome: Outcome) -> int:
 async def run_file_source(
     path: Path, host: Host, options: RunOptions, out: TextIO = sys.stdout
 ) -> int:
-    """Reconcile PATH until stopped (or once). Returns the process exit code."""
+    """Reconcile PATH until stopped (or once). Returns the process exit code. SIGTERM stops
+    it between steps' awaits; the journal makes that safe at any point."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        return await _reconcile_loop(path, host, options, out)
+    except asyncio.CancelledError:
+        structlog.get_logger("agent").info("stopped by signal")
+        return EXIT_DONE
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+async def _reconcile_loop(path: Path, host: Host, options: RunOptions, out: TextIO) -> int:
     log = structlog.get_logger("agent")
     engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=Hooks())
     watch = FileWatch(path, options.poll_interval)

@@ -26,6 +26,15 @@ GPG = "/etc/machine-config-daemon/no-reboot/containers-gpg.pub"
 KUBELET_CA = "/etc/kubernetes/kubelet-ca.crt"
 SSH = "/home/core/.ssh/authorized_keys.d/ignition"
 
+
+def _reload(unit: str) -> dict:
+    return {"type": "Reload", "reload": {"serviceName": unit}}
+
+
+def _restart(unit: str) -> dict:
+    return {"type": "Restart", "restart": {"serviceName": unit}}
+
+
 # The MCO's default NodeDisruptionPolicy status (mco-daemon.md §2.4), as the operator writes it.
 DEFAULT_NDP = {
     "metadata": {"name": "cluster", "generation": 3},
@@ -35,21 +44,33 @@ DEFAULT_NDP = {
             "clusterPolicies": {
                 "files": [
                     {"path": PULL, "actions": [{"type": "None"}]},
-                    {"path": GPG, "actions": [{"type": "Reload", "reload": {"serviceName": "crio.service"}}]},
-                    {"path": POLICY_JSON, "actions": [{"type": "Reload", "reload": {"serviceName": "crio.service"}}]},
+                    {"path": GPG, "actions": [_reload("crio.service")]},
+                    {"path": POLICY_JSON, "actions": [_reload("crio.service")]},
                     {"path": REGISTRIES, "actions": [{"type": "Special"}]},
-                    {"path": "/etc/containers/registries.d", "actions": [{"type": "Reload", "reload": {"serviceName": "crio.service"}}]},
-                    {"path": USER_CA_BUNDLE, "actions": [
-                        {"type": "Restart", "restart": {"serviceName": "coreos-update-ca-trust.service"}},
-                        {"type": "Restart", "restart": {"serviceName": "crio.service"}}]},
-                    {"path": "/etc/kubernetes/credential-providers", "actions": [{"type": "Restart", "restart": {"serviceName": "kubelet.service"}}]},
+                    {"path": "/etc/containers/registries.d", "actions": [_reload("crio.service")]},
+                    {
+                        "path": USER_CA_BUNDLE,
+                        "actions": [
+                            _restart("coreos-update-ca-trust.service"),
+                            _restart("crio.service"),
+                        ],
+                    },
+                    {
+                        "path": "/etc/kubernetes/credential-providers",
+                        "actions": [_restart("kubelet.service")],
+                    },
                 ],
-                "units": [{"name": "iri-registry.service", "actions": [{"type": "DaemonReload"}, {"type": "Restart", "restart": {"serviceName": "iri-registry.service"}}]}],
+                "units": [
+                    {
+                        "name": "iri-registry.service",
+                        "actions": [{"type": "DaemonReload"}, _restart("iri-registry.service")],
+                    }
+                ],
                 "sshkey": {"actions": [{"type": "None"}]},
             }
         },
     },
-}  # fmt: skip
+}
 NDP_POLICY = BUILTIN_POLICY.extended(policy_from_machine_configuration(DEFAULT_NDP))
 
 

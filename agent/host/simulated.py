@@ -12,6 +12,7 @@ one when the image or the host was marked to fail that boot."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -80,6 +81,7 @@ class SimulatedHost:
     def create(cls, base: Path, image: str, files: dict[str, str] | None = None) -> SimulatedHost:
         """A new host booted into `image` (added to its registry)."""
         base = Path(base)
+        parse_image_ref(image)  # a bad reference fails before anything is written
         if (base / "host.json").exists():
             raise HostError(f"{base} already holds a simulated host", kind="input")
         sim = cls(base)
@@ -109,10 +111,19 @@ class SimulatedHost:
         sim.log_action("boot", f"booted {pinned}")
         return sim
 
-    def add_image(self, ref: str, files: dict[str, str], *, boot_fails: bool = False) -> str:
+    def add_image(
+        self,
+        ref: str,
+        files: dict[str, str],
+        *,
+        boot_fails: bool = False,
+        pull_seconds: float = 0.0,
+    ) -> str:
         """Put an image into the registry; returns its digest-pinned reference."""
         image = parse_image_ref(ref)
         manifest = {"name": image.name, "tag": image.tag, "files": files, "boot_fails": boot_fails}
+        if pull_seconds:
+            manifest["pull_seconds"] = pull_seconds
         digest = (
             "sha256:" + hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
         )
@@ -251,6 +262,7 @@ class SimulatedBootc:
             )
         total = 64 * 1024 * 1024 * (1 + len(meta["files"]))
         for done in (total // 4, total // 2, total):
+            await asyncio.sleep(float(meta.get("pull_seconds", 0)) / 3)
             if on_progress:
                 on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling"))
         state = self.sim._state()

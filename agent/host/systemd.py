@@ -176,9 +176,10 @@ class ProcessUnitRunner:
 
     async def unit_state(self, name: str) -> UnitState:
         entry = self._procs.get(name)
-        if entry is None:
-            return UnitState(name)
-        proc, description = entry
+        return UnitState(name) if entry is None else self._state(name, *entry)
+
+    @staticmethod
+    def _state(name: str, proc: asyncio.subprocess.Process, description: str) -> UnitState:
         code = proc.returncode
         if code is None:
             return UnitState(name, "loaded", "active", "running", "success", 0, 0, description)
@@ -198,14 +199,15 @@ class ProcessUnitRunner:
 
     async def wait_unit_finished(self, name: str, timeout: float) -> UnitState:
         entry = self._procs.get(name)
-        if entry is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(entry[0].wait()), timeout)
-            except TimeoutError:
-                raise HostError(
-                    f"{name} still running after {timeout:g}s", kind="timeout"
-                ) from None
-        return await self.unit_state(name)
+        if entry is None:
+            return UnitState(name)
+        try:
+            await asyncio.wait_for(asyncio.shield(entry[0].wait()), timeout)
+        except TimeoutError:
+            raise HostError(f"{name} still running after {timeout:g}s", kind="timeout") from None
+        if self._procs.get(name) is not entry:  # stopped, or replaced by a new start
+            return await self.unit_state(name)
+        return self._state(name, *entry)
 
     async def stop_unit(self, name: str) -> str:
         entry = self._procs.get(name)

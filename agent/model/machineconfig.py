@@ -44,14 +44,16 @@ def _string_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def machine_config_from_object(obj: Any, default_name: str = "") -> MachineConfig:
+def machine_config_from_object(
+    obj: Any, default_name: str = "", fingerprint: str | None = None
+) -> MachineConfig:
     """A parsed document to a MachineConfig. A bare Ignition config is accepted as the
     `spec.config` of an otherwise empty MachineConfig."""
     if not isinstance(obj, dict):
         raise InputError(f"expected a MachineConfig object, got {type(obj).__name__}")
-    fingerprint = hashlib.sha256(
-        json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
-    ).hexdigest()
+    if fingerprint is None:
+        canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+        fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
     if "ignition" in obj and "kind" not in obj:
         return MachineConfig(
             name=default_name, ignition=parse_ignition(obj, "config"), fingerprint=fingerprint
@@ -106,4 +108,6 @@ def machine_config_from_object(obj: Any, default_name: str = "") -> MachineConfi
 
 def parse_machine_config(data: bytes, default_name: str = "") -> MachineConfig:
     """Bytes of a MachineConfig (or bare Ignition) document to a MachineConfig."""
-    return machine_config_from_object(load_document(data), default_name)
+    # Hashing the bytes is cheaper than a canonical re-serialization of a large document.
+    fingerprint = hashlib.sha256(data).hexdigest()
+    return machine_config_from_object(load_document(data), default_name, fingerprint)

@@ -1,0 +1,333 @@
+"""The real bootc adapter: the BootcPort over the `bootc` CLI.
+
+- Short calls (`status`, `rollback`, `upgrade --from-downloaded`, `--help` probes) run as child
+  processes (behind `command_prefix`, e.g. `nsenter -t 1 -m -u -i -n -p --`, in a pod).
+- Staging (`bootc switch`) can take many minutes, so it runs as the NAMED transient unit
+  `image-mode-agent-stage.service` through a `UnitRunner` (systemd's StartTransientUnit on a real
+  host): it keeps running across an agent restart, the restarted agent adopts it by name instead
+  of starting a second one, and `cancel_stage()` stops it.
+- Progress: bootc's `--progress-fd` writes JSON lines. A pipe cannot outlive the agent (and a full
+  pipe with no reader would block bootc), so fd 3 of the staged command is a file in `run_dir`
+  that the agent tails; stderr goes to a second file so a failure has its `error:` line.
+- bootc waits for the sysroot lock forever: every call here is serialized by one asyncio.Lock per
+  adapter and has a deadline; a deadline hit while bootc said "Waiting for sysroot lock" is kind
+  `lock`.
+- Never `--apply` (the agent journals its intent, then reboots itself), never
+  `--mutate-in-place`.
+- Registry credentials: bootc reads /run/ostree/auth.json. The files port writes it (policy
+  mirrors the pull secret there, 0600), so this adapter does not."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.errors import HostError, InputError
+from agent.host import bootc_errors
+from agent.host.ports import Progress, ProgressCallback
+from agent.host.systemd import ProcessUnitRunner, UnitRunner, UnitState, run_process
+from agent.model.bootc_status import BootcHost, bootc_host_from_object
+from agent.model.imageref import ImageRef
+
+STAGE_UNIT = "image-mode-agent-stage.service"
+_FORBIDDEN = frozenset({"--apply", "--mutate-in-place"})
+# Runs bootc with stderr and fd 3 (progress) in files, then copies stderr to the unit's own
+# stream (the journal) so `journalctl -u image-mode-agent-stage` still shows the error.
+_WRAPPER = 'err=$1 prog=$2; shift 2; "$@" 2>"$err" 3>>"$prog"; rc=$?; cat "$err" >&2; exit $rc'
+_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+@dataclass(frozen=True)
+class BootcTimeouts:
+    """Seconds per call. bootc itself never gives up on a lock, so these are the only bound."""
+
+    status: float = 120.0
+    probe: float = 30.0
+    stage: float = 3600.0
+    unlock: float = 300.0
+    rollback: float = 300.0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the installed bootc supports, from its `--help` (probed once per adapter)."""
+
+    download_only: bool = False  # `switch --download-only` and `upgrade --from-downloaded`
+    soft_reboot: bool = False  # `upgrade --soft-reboot`
+    progress_fd: bool = False  # `switch --progress-fd` (hidden upstream: probed by parse)
+
+
+def progress_from_event(line: str) -> Progress | None:
+    """One `--progress-fd` JSON line (progress-v0 schema) as a Progress; None for others."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    kind, task = event.get("type"), str(event.get("task") or "")
+    if kind == "ProgressBytes":
+        return Progress(
+            done_bytes=int(event.get("bytes") or 0),
+            total_bytes=int(event.get("bytesTotal") or 0),
+            step=task,
+        )
+    if kind == "ProgressSteps":
+        steps, total = int(event.get("steps") or 0), int(event.get("stepsTotal") or 0)
+        return Progress(step=f"{task} {steps}/{total}" if total else task)
+    return None
+
+
+class Bootc:
+    """BootcPort over the bootc CLI.
+
+    `runner` runs the staging command as a named unit (pass the `Systemd` adapter on a host);
+    without one, a `ProcessUnitRunner` runs it as a child process behind `command_prefix`.
+    `run_dir` is where the stage command's stderr/progress files live, as the command sees it;
+    the agent reads them under `host_root` (the host's `/` as mounted in a pod)."""
+
+    def __init__(
+        self,
+        *,
+        bootc: str = "bootc",
+        command_prefix: Sequence[str] = (),
+        runner: UnitRunner | None = None,
+        timeouts: BootcTimeouts | None = None,
+        run_dir: Path = Path("/run/image-mode-agent"),
+        host_root: Path = Path("/"),
+        env: Mapping[str, str] | None = None,
+        unit: str = STAGE_UNIT,
+        progress_poll: float = 0.2,
+    ) -> None:
+        self.bootc = bootc
+        self._prefix = list(command_prefix)
+        self.runner: UnitRunner = runner or ProcessUnitRunner(command_prefix)
+        self.timeouts = timeouts or BootcTimeouts()
+        self._env = dict(env or {})
+        self.unit = unit
+        self._poll = progress_poll
+        self._run_dir = Path(run_dir)
+        self._local_run_dir = Path(host_root) / self._run_dir.relative_to("/")
+        self._lock = asyncio.Lock()
+        self._caps: Capabilities | None = None
+        self._cancelled = False
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _direct_env(self) -> dict[str, str]:
+        # bootc refuses to run when it thinks it is in a container (`container` is set by
+        # podman/CRI-O); through nsenter it acts on the host, so drop it.
+        env = {k: v for k, v in os.environ.items() if k != "container"}
+        env.update(self._env)
+        return env
+
+    async def _run(self, args: Sequence[str], timeout: float, what: str) -> bytes:
+        if _FORBIDDEN.intersection(args):
+            raise HostError(f"refusing to run bootc with {sorted(_FORBIDDEN)}", kind="input")
+        result = await run_process([*self._prefix, self.bootc, *args], timeout, self._direct_env())
+        stderr = result.stderr.decode(errors="replace")
+        if result.status is None:
+            raise bootc_errors.timed_out(what, stderr, timeout)
+        if result.status != 0:
+            raise bootc_errors.failure(what, stderr, result.status)
+        return result.stdout
+
+    async def _accepts(self, args: Sequence[str]) -> tuple[bool, str]:
+        """Whether bootc parses `args` (exit 0), and what it printed."""
+        argv = [*self._prefix, self.bootc, *args]
+        result = await run_process(argv, self.timeouts.probe, self._direct_env())
+        if result.status is None:
+            raise HostError(f"bootc {' '.join(args)} timed out", kind="timeout")
+        return result.status == 0, result.stdout.decode(errors="replace")
+
+    async def capabilities(self) -> Capabilities:
+        """Probe once per adapter; `switch --progress-fd 3 --help` succeeds only when the hidden
+        flag exists (clap rejects an unknown argument before it reaches `--help`)."""
+        if self._caps is None:
+            _, switch_help = await self._accepts(["switch", "--help"])
+            _, upgrade_help = await self._accepts(["upgrade", "--help"])
+            switch, upgrade = set(_FLAG.findall(switch_help)), set(_FLAG.findall(upgrade_help))
+            progress = "--progress-fd" in switch
+            if not progress:
+                progress, _ = await self._accepts(["switch", "--progress-fd", "3", "--help"])
+            self._caps = Capabilities(
+                download_only="--download-only" in switch and "--from-downloaded" in upgrade,
+                soft_reboot="--soft-reboot" in upgrade,
+                progress_fd=progress,
+            )
+        return self._caps
+
+    # -- the port ----------------------------------------------------------------------------
+    async def _status(self) -> BootcHost:
+        out = await self._run(
+            ["status", "--format", "json", "--format-version", "1"],
+            self.timeouts.status,
+            "bootc status",
+        )
+        try:
+            return bootc_host_from_object(json.loads(out))
+        except (ValueError, InputError) as exc:
+            raise HostError(f"unreadable bootc status: {exc}", kind="other") from None
+
+    async def status(self) -> BootcHost:
+        async with self._lock:
+            return await self._status()
+
+    async def rollback(self) -> None:
+        """Queue the rollback deployment. `bootc rollback` is a toggle, so it runs only when
+        no rollback is queued yet; it discards a staged deployment (bootc's own semantics)."""
+        async with self._lock:
+            host = await self._status()
+            if host.rollback_queued:
+                return
+            if host.rollback is None:
+                raise HostError("no rollback deployment to roll back to", kind="rollback")
+            try:
+                await self._run(["rollback"], self.timeouts.rollback, "bootc rollback")
+            except HostError as exc:
+                if "No rollback available" in str(exc):
+                    raise HostError(str(exc), kind="rollback") from None
+                raise
+
+    async def unlock_staged(self, *, soft: bool = False) -> bool:
+        """At the reboot slot: let the next boot apply a download-only (locked) staged
+        deployment (`bootc upgrade --from-downloaded`), and with `soft` prepare a soft reboot
+        where bootc can (`--soft-reboot auto` falls back to a full reboot). Returns whether
+        anything was asked of bootc; an unlocked staged deployment needs nothing."""
+        async with self._lock:
+            caps = await self.capabilities()
+            host = await self._status()
+            if host.staged is None:
+                raise HostError("no staged deployment to apply", kind="no-staged")
+            want_soft = soft and caps.soft_reboot and host.staged.soft_reboot_capable
+            if not (host.staged.download_only or want_soft) or not caps.download_only:
+                return False
+            args = ["upgrade", "--from-downloaded"]
+            if want_soft:
+                args += ["--soft-reboot", "auto"]
+            await self._run(args, self.timeouts.unlock, "bootc upgrade --from-downloaded")
+            return True
+
+    async def stage(self, image: ImageRef, on_progress: ProgressCallback | None = None) -> None:
+        """`bootc switch --transport registry NAME@DIGEST` (with `--download-only` where
+        supported, so a plain reboot cannot apply it by accident) in the stage unit."""
+        if not image.pinned or image.digest is None:
+            raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
+        ref = str(image.with_digest(image.digest))  # bootc canonicalizes name:tag@d to name@d
+        async with self._lock:
+            caps = await self.capabilities()
+            argv = [self.bootc, "switch", "--transport", "registry"]
+            if caps.download_only:
+                argv.append("--download-only")
+            if caps.progress_fd:
+                argv += ["--progress-fd", "3"]
+            argv.append(ref)
+            description = await self._start_or_adopt(ref, argv)
+            await self._follow(description, on_progress if caps.progress_fd else None)
+
+    def _paths(self) -> tuple[Path, Path, Path, Path]:
+        """(stderr, progress) as the command sees them, then as the agent reads them."""
+        names = (f"{self.unit}.stderr", f"{self.unit}.progress")
+        return (
+            self._run_dir / names[0],
+            self._run_dir / names[1],
+            self._local_run_dir / names[0],
+            self._local_run_dir / names[1],
+        )
+
+    async def _start_or_adopt(self, ref: str, argv: list[str]) -> str:
+        description = f"image-mode-agent: stage {ref}"
+        state = await self.runner.unit_state(self.unit)
+        if state.running and state.description == description:
+            return description  # started by an earlier agent process: adopt, never start twice
+        if state.running:
+            await self.runner.stop_unit(self.unit)  # staging an older target: superseded
+        if state.load_state == "loaded":
+            await self.runner.clear_unit(self.unit)
+        err, prog, local_err, local_prog = self._paths()
+        self._local_run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for path in (local_err, local_prog):
+            path.unlink(missing_ok=True)
+        self._cancelled = False
+        wrapped = ["/bin/sh", "-c", _WRAPPER, "image-mode-agent-stage", str(err), str(prog), *argv]
+        await self.runner.start_transient_service(
+            self.unit, wrapped, env=self._env, description=description
+        )
+        return description
+
+    async def _follow(self, description: str, on_progress: ProgressCallback | None) -> None:
+        _, _, local_err, local_prog = self._paths()
+        tail = asyncio.create_task(self._tail(local_prog, on_progress)) if on_progress else None
+        final: UnitState | None = None
+        try:
+            final = await self.runner.wait_unit_finished(self.unit, self.timeouts.stage)
+        except HostError as exc:
+            if exc.kind != "timeout":
+                raise
+        finally:
+            if tail is not None:
+                tail.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tail
+        stderr = _read_text(local_err)
+        if final is not None and final.load_state == "loaded" and final.description != description:
+            # Another stage of a newer target replaced ours under the same name: not ours to
+            # judge or clear.
+            raise HostError("staging was superseded by a newer stage", kind="cancelled")
+        if final is None:  # deadline: stop the unit; a later stage starts afresh
+            await self.runner.stop_unit(self.unit)
+            await self.runner.clear_unit(self.unit)
+            raise bootc_errors.timed_out("bootc switch", stderr, self.timeouts.stage)
+        await self.runner.clear_unit(self.unit)
+        if self._cancelled:
+            raise HostError("staging was cancelled", kind="cancelled")
+        if final.load_state != "loaded":  # stopped by someone else, then garbage-collected
+            raise HostError(f"{self.unit} was stopped before bootc finished", kind="cancelled")
+        if not final.ok or final.exec_main_status != 0:
+            raise bootc_errors.failure("bootc switch", stderr, final.exec_main_status)
+
+    async def _tail(self, path: Path, on_progress: ProgressCallback) -> None:
+        """Feed progress lines to the callback as bootc appends them (a partial last line
+        waits for its newline); when cancelled, read once more so the final event lands."""
+        offset, pending = 0, b""
+
+        def feed() -> None:
+            nonlocal offset, pending
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+            except FileNotFoundError:
+                return
+            offset += len(chunk)
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                progress = progress_from_event(line.decode(errors="replace"))
+                if progress is not None:
+                    on_progress(progress)
+
+        try:
+            while True:
+                feed()
+                await asyncio.sleep(self._poll)
+        finally:
+            feed()
+
+    async def cancel_stage(self) -> None:
+        """Stop a running stage unit (the waiting `stage()` then raises kind `cancelled`)."""
+        self._cancelled = True
+        state = await self.runner.unit_state(self.unit)
+        if state.running:
+            await self.runner.stop_unit(self.unit)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""

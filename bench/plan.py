@@ -1,0 +1,123 @@
+"""Benchmark: `plan` on a MachineConfig with 5,000 files (50 MiB) against one that changes a
+tenth of them; and the agent's idle resident memory.
+
+    python bench/plan.py [--files 5000] [--total-mib 50] [--runs 7]
+
+Prints the median of repeated runs in one process for: parsing both documents, planning
+(diff + verdict) on the parsed configs, and both together; then the resident memory of an idle
+`image-mode-agent run` process on a simulated host. Targets: plan <= 200 ms, idle RSS <= 60 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.model.imageref import parse_image_ref
+from agent.model.machineconfig import parse_machine_config
+from agent.plan import plan_update
+
+IMAGE = "quay.example/os/node@sha256:" + "a" * 64
+
+
+def build(files: int, size: int, seed: int, changed: set[int]) -> bytes:
+    rng = random.Random(seed)
+    entries = []
+    for i in range(files):
+        payload = rng.randbytes(size) if i not in changed else rng.randbytes(size)[::-1]
+        source = "data:;base64," + base64.b64encode(payload).decode()
+        entries.append({"path": f"/etc/bench/{i:05d}.conf", "mode": 420,
+                        "contents": {"source": source}})  # fmt: skip
+    doc = {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfig",
+        "metadata": {"name": f"rendered-bench-{len(changed)}"},
+        "spec": {"osImageURL": IMAGE, "config": {"ignition": {"version": "3.4.0"},
+                                                "storage": {"files": entries}}},
+    }  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+def median_ms(fn, runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def idle_rss_mib(settle: float = 3.0) -> float:
+    """Start the agent in file mode on a fresh simulated host, let it reach Done and idle,
+    then read VmRSS from /proc."""
+    base = Path(tempfile.mkdtemp(prefix="bench-rss-"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "agent", "--log-level", "warning"]
+    subprocess.run([*cmd, "sim", "create", str(base / "h"), "--image", "quay.example/os/n:v1"],
+                   check=True, capture_output=True, env=env)  # fmt: skip
+    digest = json.loads((base / "h/host.json").read_text())["booted"]["digest"]
+    (base / "mc.json").write_text(json.dumps({
+        "kind": "MachineConfig", "metadata": {"name": "r1"},
+        "spec": {"osImageURL": f"quay.example/os/n@{digest}", "config": {
+            "ignition": {"version": "3.4.0"},
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k"]}]}}},
+    }))  # fmt: skip
+    proc = subprocess.Popen([*cmd, "run", "--source", f"file:{base / 'mc.json'}", "--host",
+                             f"simulated:{base / 'h'}"], env=env)  # fmt: skip
+    try:
+        time.sleep(settle)
+        status = Path(base / "h/root/var/lib/image-mode-agent/status.json")
+        assert json.loads(status.read_text())["state"] == "Done", "agent did not reach Done"
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=5000)
+    parser.add_argument("--total-mib", type=float, default=50)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    size = int(args.total_mib * 1024 * 1024 / args.files)
+    changed = set(random.Random(1).sample(range(args.files), args.files // 10))
+    print(f"building: {args.files} files x {size} bytes, {len(changed)} changed", flush=True)
+    old_doc, new_doc = build(args.files, size, 7, set()), build(args.files, size, 7, changed)
+    print(f"documents: {len(old_doc) / 2**20:.1f} MiB and {len(new_doc) / 2**20:.1f} MiB JSON")
+    booted, target = parse_image_ref(IMAGE), parse_image_ref(IMAGE)
+    old, new = parse_machine_config(old_doc), parse_machine_config(new_doc)
+
+    def do_plan():
+        return plan_update(old, new, booted=booted, target=target)
+
+    result = do_plan()
+    assert result.verdict == "refused" and result.image_changes == ("files",), result.verdict
+    parse_ms = median_ms(lambda: (parse_machine_config(old_doc), parse_machine_config(new_doc)),
+                         args.runs)  # fmt: skip
+    plan_ms = median_ms(do_plan, args.runs)
+    print(f"plan (diff + verdict, parsed inputs): median {plan_ms:.1f} ms over {args.runs} runs"
+          f" (target <= 200 ms)")  # fmt: skip
+    print(f"parse both documents:                median {parse_ms:.1f} ms over {args.runs} runs")
+    print(f"parse + plan:                        {parse_ms + plan_ms:.1f} ms")
+    rss = idle_rss_mib()
+    print(f"idle agent resident memory:          {rss:.1f} MiB (target <= 60 MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

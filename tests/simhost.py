@@ -1,0 +1,84 @@
+"""Driving the engine against a simulated host, one "process life" at a time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.desired import Desired
+from agent.engine import REBOOTING, Engine, Hooks, Outcome
+from agent.host.simulated import SimulatedHost
+from agent.model.imageref import parse_image_ref
+from agent.model.machineconfig import machine_config_from_object
+from agent.policy import Allowlist
+from tests.builders import machine_config
+
+IMAGE = "quay.example/os/node"
+CHECK = """#!/bin/sh
+state=$(cat "$IMAGE_MODE_AGENT_ROOT/usr/lib/app/healthy" 2>/dev/null)
+[ "$state" = yes ] || { echo "app unhealthy (${state:-missing})"; exit 1; }
+"""
+
+
+class Killed(BaseException):
+    """The process died here (raised from a checkpoint; nothing in memory survives)."""
+
+
+@dataclass
+class World:
+    base: Path
+    sim: SimulatedHost
+    images: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, base: Path) -> World:
+        sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
+        check = sim.root / "etc/image-mode-agent/check/required.d/50-app"
+        check.parent.mkdir(parents=True)
+        check.write_text(CHECK)
+        check.chmod(0o755)
+        world = cls(base, sim)
+        booted = sim.status_document()["status"]["booted"]["image"]["imageDigest"]
+        world.images["v1"] = f"{IMAGE}@{booted}"
+        world.images["v2"] = sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"})
+        world.images["bad-check"] = sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"})
+        world.images["no-boot"] = sim.add_image(f"{IMAGE}:v4", {}, boot_fails=True)
+        world.images["missing"] = f"{IMAGE}@sha256:" + "9" * 64
+        return world
+
+    def desired(self, name: str, image: str, **kwargs) -> Desired:
+        doc = machine_config(name=name, image=self.images.get(image, image), **kwargs)
+        data = json.dumps(doc).encode()
+        config = machine_config_from_object(doc)
+        return Desired(config, data, parse_image_ref(config.os_image_url))
+
+    def engine(self, checkpoint=None, **kwargs) -> Engine:
+        self.sim.boot()  # a new process life starts after any pending reboot
+        allowlist = Allowlist()
+        hooks = Hooks(checkpoint=checkpoint or (lambda label: None))
+        return Engine(self.sim.host(allowlist.allows), hooks=hooks, **kwargs)
+
+    async def converge(self, desired: Desired, checkpoint=None, lives: int = 12, **kw) -> Outcome:
+        """Start the agent again after every reboot or kill, until it settles."""
+        for _ in range(lives):
+            try:
+                outcome = await self.engine(checkpoint, **kw).reconcile(desired)
+            except Killed:
+                continue
+            if outcome.state != REBOOTING:
+                return outcome
+        raise AssertionError("did not settle")
+
+    def reboots(self) -> int:
+        return sum(1 for a in self.sim.actions() if a["kind"] == "reboot")
+
+    def booted(self) -> str:
+        return self.sim.status_document()["status"]["booted"]["image"]["imageDigest"]
+
+    def digest(self, name: str) -> str:
+        return self.images[name].split("@")[1]
+
+    def read(self, path: str) -> bytes | None:
+        target = self.sim.root / path.lstrip("/")
+        return target.read_bytes() if target.exists() else None

@@ -1,0 +1,189 @@
+"""Engine scenarios on the simulated host, including a kill at every journaled step."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.engine import DEGRADED, DONE, REBOOTING, UNRECONCILABLE
+from agent.journal import Journal, Phase
+from tests.builders import ign_file
+from tests.simhost import Killed, World
+
+SSH = "/home/core/.ssh/authorized_keys.d/ignition"
+PULL = "/var/lib/kubelet/config.json"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World.create(tmp_path)
+
+
+async def settle(world: World, name: str, image: str, **kwargs):
+    return await world.converge(world.desired(name, image, **kwargs))
+
+
+async def test_live_update_no_reboot(world: World) -> None:
+    assert (await settle(world, "rendered-1", "v1", keys=["k1"])).state == DONE
+    outcome = await settle(world, "rendered-2", "v1", keys=["k2"],
+                           files=[ign_file(PULL, '{"auths":{}}')])  # fmt: skip
+    assert (outcome.state, outcome.current_config) == (DONE, "rendered-2")
+    assert world.read(SSH) == b"k2\n"
+    assert world.read("/run/ostree/auth.json") == b'{"auths":{}}'
+    assert world.reboots() == 0
+
+
+async def test_image_update_one_reboot_then_commit(world: World) -> None:
+    await settle(world, "rendered-1", "v1", keys=["k1"])
+    outcome = await settle(world, "rendered-2", "v2", keys=["k2"])
+    assert (outcome.state, outcome.current_image) == (DONE, world.images["v2"])
+    assert world.booted() == world.digest("v2")
+    assert world.reboots() == 1
+    assert world.read(SSH) == b"k2\n"
+    assert (
+        Journal(world.sim.root / "var/lib/image-mode-agent/journal.json").load().phase == Phase.IDLE
+    )
+
+
+async def test_failed_check_rolls_back_and_stays_degraded(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    outcome = await settle(world, "rendered-2", "bad-check")
+    assert outcome.state == DEGRADED
+    assert "rolled back to" in outcome.reason
+    assert (
+        "required health check failed" in outcome.reason and "app unhealthy (no)" in outcome.reason
+    )
+    assert world.booted() == world.digest("v1")
+    assert world.reboots() == 2  # into the bad image, and back
+    again = await settle(world, "rendered-2", "bad-check")
+    assert again.state == DEGRADED and world.reboots() == 2  # not staged again
+    fixed = await settle(world, "rendered-3", "v2")
+    assert fixed.state == DONE and world.booted() == world.digest("v2")
+
+
+async def test_failed_digest_may_be_retried_when_desired_state_changes(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    await settle(world, "rendered-2", "bad-check")
+    before = world.reboots()
+    outcome = await settle(world, "rendered-3", "bad-check", keys=["new"])
+    assert outcome.state == DEGRADED and world.reboots() == before + 2
+
+
+async def test_boot_attempts_bound_the_loop(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    outcome = await world.converge(world.desired("rendered-2", "bad-check"), max_boot_attempts=3)
+    assert outcome.state == DEGRADED
+    assert world.reboots() == 4  # 1 into the image, 2 retries, 1 rollback
+
+
+async def test_bootloader_fallback_is_degraded_without_rollback(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    outcome = await settle(world, "rendered-2", "no-boot")
+    assert outcome.state == DEGRADED
+    assert "did not boot" in outcome.reason
+    assert world.reboots() == 1
+    assert not any(a["detail"] == "rollback" for a in world.sim.actions())
+
+
+async def test_missing_image_degrades_without_disruption(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    outcome = await settle(world, "rendered-2", "missing")
+    assert outcome.state == DEGRADED and outcome.retryable
+    assert "(image-missing)" in outcome.reason and "manifest unknown" in outcome.reason
+    assert world.reboots() == 0
+    assert world.sim.status_document()["status"]["staged"] is None
+
+
+async def test_refused_change_is_unreconcilable(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    outcome = await settle(world, "rendered-2", "v1", files=[ign_file("/etc/motd", "hi")])
+    assert outcome.state == UNRECONCILABLE
+    assert "need an image build" in outcome.reason
+    assert world.read("/etc/motd") is None
+
+
+async def test_first_start_applies_live_part_only(world: World) -> None:
+    outcome = await settle(world, "rendered-1", "v1", keys=["k"], files=[ign_file("/etc/motd")])
+    assert outcome.state == DONE and world.read(SSH) == b"k\n" and world.read("/etc/motd") is None
+
+
+async def test_dry_run_changes_nothing(world: World) -> None:
+    before = sorted(p.relative_to(world.base) for p in world.base.rglob("*"))
+    outcome = await world.engine().reconcile(world.desired("r", "v2", keys=["k"]), dry_run=True)
+    assert outcome.plan.verdict == "image"
+    assert sorted(p.relative_to(world.base) for p in world.base.rglob("*")) == before
+
+
+async def test_two_agents_in_one_process(tmp_path: Path) -> None:
+    one, two = World.create(tmp_path / "a"), World.create(tmp_path / "b")
+    results = await asyncio.gather(
+        one.converge(one.desired("r", "v2", keys=["one"])),
+        two.converge(two.desired("r", "v1", keys=["two"])),
+    )
+    assert [r.state for r in results] == [DONE, DONE]
+    assert (one.read(SSH), two.read(SSH)) == (b"one\n", b"two\n")
+    assert (one.reboots(), two.reboots()) == (1, 0)
+
+
+async def test_new_desired_while_rebooting_finishes_inflight_first(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    outcome = await world.engine().reconcile(world.desired("rendered-2", "v2"))
+    assert outcome.state == REBOOTING
+    newer = world.desired("rendered-3", "v2", keys=["later"])
+    first = await world.engine().reconcile(newer)
+    assert (first.state, first.current_config) == (DONE, "rendered-2")
+    second = await world.engine().reconcile(newer)
+    assert (second.state, second.current_config) == (DONE, "rendered-3")
+    assert world.reboots() == 1
+
+
+# -- a kill at every journaled step -----------------------------------------------------------
+async def _labels(world: World, steps) -> list[str]:
+    seen: list[str] = []
+    for desired in steps:
+        await world.converge(desired, checkpoint=seen.append)
+    return seen
+
+
+SCENARIOS = {
+    "live": (lambda w: [w.desired("r1", "v1", keys=["old"]), w.desired("r2", "v1", keys=["new"])],
+             DONE, 0, "v1"),
+    "image": (lambda w: [w.desired("r1", "v1", keys=["old"]), w.desired("r2", "v2", keys=["new"])],
+              DONE, 1, "v2"),
+    "rollback": (lambda w: [w.desired("r1", "v1", keys=["old"]),
+                            w.desired("r2", "bad-check", keys=["new"])], DEGRADED, 2, "v1"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+async def test_killed_at_every_step_converges(tmp_path: Path, scenario: str) -> None:
+    make_steps, final_state, reboots, final_image = SCENARIOS[scenario]
+    reference = World.create(tmp_path / "reference")
+    labels = await _labels(reference, make_steps(reference))
+    assert len(labels) >= 5
+    for index, label in enumerate(labels):
+        world = World.create(tmp_path / f"kill-{index}")
+        steps = make_steps(world)
+        count = 0
+
+        def checkpoint(seen: str, index=index, world=world) -> None:
+            nonlocal count
+            count += 1
+            # Files are old or new, never partial, at every instant.
+            assert world.read(SSH) in (None, b"old\n", b"new\n")
+            if count - 1 == index:
+                raise Killed(seen)
+
+        for desired in steps[:-1]:
+            await world.converge(desired, checkpoint=checkpoint)
+        outcome = await world.converge(steps[-1], checkpoint=checkpoint)
+        where = f"killed at {label} (#{index})"
+        assert outcome.state == final_state, where
+        assert world.booted() == world.digest(final_image), where
+        assert world.reboots() == reboots, where
+        assert world.read(SSH) == b"new\n", where
+        journal = json.loads((world.sim.root / "var/lib/image-mode-agent/journal.json").read_text())
+        assert journal["phase"] in ("idle", "degraded"), where

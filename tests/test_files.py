@@ -1,0 +1,160 @@
+"""The files port: allowlist, atomic replace, symlink safety in every component, owners."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from agent.errors import HostError
+from agent.host.files import TMP_SUFFIX, RootedFiles
+from agent.model.ignition import Owner
+from agent.policy import Allowlist
+
+ROOT_OWNER = Owner(id=0)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text(
+        "root:x:0:0::/root:/bin/sh\ncore:x:1000:1000::/home/core:/bin/sh\n"
+    )
+    (tmp_path / "etc/group").write_text("root:x:0:\ncore:x:1000:\n")
+    return tmp_path
+
+
+@pytest.fixture
+def files(root: Path) -> RootedFiles:
+    return RootedFiles(root, Allowlist().allows)
+
+
+def write(files: RootedFiles, path: str, data: bytes = b"x", mode: int = 0o600) -> None:
+    files.write(path, data, mode=mode, user=ROOT_OWNER, group=ROOT_OWNER)
+
+
+def test_writes_with_mode_owner_and_parents(files: RootedFiles, root: Path) -> None:
+    files.write("/var/lib/kubelet/config.json", b"{}", mode=0o600,
+                user=Owner(name="core"), group=Owner(name="core"))  # fmt: skip
+    info = (root / "var/lib/kubelet/config.json").stat()
+    assert stat.S_IMODE(info.st_mode) == 0o600
+    assert (info.st_uid, info.st_gid) == (1000, 1000)
+    assert stat.S_IMODE((root / "var/lib/kubelet").stat().st_mode) == 0o755
+    assert (root / "var/lib/kubelet/config.json").read_bytes() == b"{}"
+
+
+def test_replaces_atomically_and_cleans_stale_temp(files: RootedFiles, root: Path) -> None:
+    write(files, "/etc/kubernetes/kubelet-ca.crt", b"old")
+    stale = root / f"etc/kubernetes/.kubelet-ca.crt{TMP_SUFFIX}"
+    stale.write_bytes(b"half-written by a crash")
+    inode = (root / "etc/kubernetes/kubelet-ca.crt").stat().st_ino
+    write(files, "/etc/kubernetes/kubelet-ca.crt", b"new")
+    assert (root / "etc/kubernetes/kubelet-ca.crt").read_bytes() == b"new"
+    assert (root / "etc/kubernetes/kubelet-ca.crt").stat().st_ino != inode  # renamed over
+    assert not stale.exists()
+    assert sorted(os.listdir(root / "etc/kubernetes")) == ["kubelet-ca.crt"]
+
+
+def test_crash_mid_write_leaves_old_contents(files: RootedFiles, root: Path, monkeypatch) -> None:
+    write(files, "/etc/kubernetes/kubelet-ca.crt", b"old")
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed between write and rename")
+
+    monkeypatch.setattr(os, "rename", crash)
+    with pytest.raises(KeyboardInterrupt):
+        write(files, "/etc/kubernetes/kubelet-ca.crt", b"new")
+    monkeypatch.undo()
+    assert (root / "etc/kubernetes/kubelet-ca.crt").read_bytes() == b"old"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/passwd",
+        "/etc/random",
+        "/var/lib/kubelet/other.json",
+        "/home/core/.ssh/authorized_keys",
+    ],
+)
+def test_refuses_paths_off_the_allowlist(files: RootedFiles, path: str) -> None:
+    with pytest.raises(HostError, match="not on the live allowlist"):
+        write(files, path)
+
+
+@pytest.mark.parametrize("path", ["relative/path", "/etc/../etc/shadow", "/etc//x", "/etc/./x"])
+def test_refuses_unnormalized_paths(files: RootedFiles, path: str) -> None:
+    with pytest.raises(HostError, match="refusing"):
+        write(files, path)
+
+
+def test_symlinked_component_is_refused(files: RootedFiles, root: Path, tmp_path_factory) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    (root / "var/lib").mkdir(parents=True)
+    (root / "var/lib/kubelet").symlink_to(outside)
+    with pytest.raises(HostError, match="/var/lib/kubelet is a symlink"):
+        write(files, "/var/lib/kubelet/config.json")
+    assert list(outside.iterdir()) == []
+
+
+def test_symlinked_root_component_is_refused(
+    files: RootedFiles, root: Path, tmp_path_factory
+) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    (root / "home").symlink_to(outside)
+    with pytest.raises(HostError, match="/home is a symlink"):
+        files.ensure_dir("/home/core/.ssh", mode=0o700, user=ROOT_OWNER, group=ROOT_OWNER)
+    assert list(outside.iterdir()) == []
+
+
+def test_symlink_target_file_is_refused(files: RootedFiles, root: Path, tmp_path) -> None:
+    (root / "etc/kubernetes").mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (root / "etc/kubernetes/kubelet-ca.crt").symlink_to(victim)
+    with pytest.raises(HostError, match="not a regular file"):
+        write(files, "/etc/kubernetes/kubelet-ca.crt")
+    assert victim.read_text() == "keep"
+
+
+def test_device_file_is_refused(files: RootedFiles, root: Path) -> None:
+    (root / "etc/kubernetes").mkdir()
+    os.mkfifo(root / "etc/kubernetes/kubelet-ca.crt")
+    with pytest.raises(HostError, match="not a regular file"):
+        write(files, "/etc/kubernetes/kubelet-ca.crt")
+
+
+def test_unknown_owner_name(files: RootedFiles) -> None:
+    with pytest.raises(HostError, match="unknown user 'nobody-here'"):
+        files.write("/etc/kubernetes/kubelet-ca.crt", b"x", mode=0o644,
+                    user=Owner(name="nobody-here"), group=ROOT_OWNER)  # fmt: skip
+
+
+def test_delete_and_read(files: RootedFiles, root: Path) -> None:
+    write(files, "/var/lib/kubelet/config.json", b"s")
+    assert files.read("/var/lib/kubelet/config.json") == b"s"
+    files.delete("/var/lib/kubelet/config.json")
+    assert files.read("/var/lib/kubelet/config.json") is None
+    files.delete("/var/lib/kubelet/config.json")  # idempotent
+
+
+def test_ensure_dir_fixes_mode_and_owner(files: RootedFiles, root: Path) -> None:
+    (root / "home/core/.ssh").mkdir(parents=True, mode=0o777)
+    files.ensure_dir("/home/core/.ssh", mode=0o700, user=Owner(name="core"),
+                     group=Owner(name="core"))  # fmt: skip
+    info = (root / "home/core/.ssh").stat()
+    assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o700, 1000)
+
+
+def test_set_password_hash(files: RootedFiles, root: Path) -> None:
+    (root / "etc/shadow").write_text("root:*:1:0:::::\ncore:*:1:0:::::\n")
+    (root / "etc/shadow").chmod(0o000)
+    files.set_password_hash("core", "$6$salt$hash")
+    assert (root / "etc/shadow").read_text().splitlines()[1].startswith("core:$6$salt$hash:")
+    assert stat.S_IMODE((root / "etc/shadow").stat().st_mode) == 0o000
+    with pytest.raises(HostError, match="no user 'bob'"):
+        files.set_password_hash("bob", "x")
+    with pytest.raises(HostError, match="containing ':'"):
+        files.set_password_hash("core", "a:b")

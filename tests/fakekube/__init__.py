@@ -1,0 +1,116 @@
+"""fakekube: a loopback kube-apiserver for tests of the node agent.
+
+It speaks real HTTP on 127.0.0.1 (aiohttp), so the agent uses the real kubernetes-asyncio
+client, and it behaves like kube-apiserver v1.32 with `--authorization-mode=Node,RBAC` wherever
+the agent depends on it (see /work/shared/reference/kube-apiserver-behaviour.md). No state is
+module-global: several servers may run in one process.
+
+Quick tour::
+
+    from tests.fakekube import FakeKube, Identity   # or `from fakekube import ...`
+
+    kube = FakeKube(bookmark_interval=0.2)           # keyword options, see FakeKube.__init__
+    await kube.start()                               # random free port; kube.url, kube.port
+    node_id = kube.node_identity("worker-0")         # system:node:worker-0 (+ optional rules)
+    sa = kube.service_account("openshift-machine-config-operator", "mcd",
+                              [("get", "machineconfiguration.openshift.io", "machineconfigs")])
+    kube.write_kubeconfig(tmp_path / "kubeconfig", node_id)   # for the agent's --kubeconfig
+    cfg = kube.client_configuration(node_id)         # or a kubernetes_asyncio Configuration
+    kube.token_for(node_id)                          # the bearer token (admin if omitted)
+
+    kube.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-0"}})
+    kube.get("Node", "worker-0"); kube.try_get(...); kube.list("pods", "ns", "app=x", None)
+    kube.patch_annotations("Node", "worker-0", {"a": "b", "gone": None})
+    kube.patch_status("Node", "worker-0", {...}); kube.patch(kind, name, body, patch_type=...)
+    kube.mutate("Node", "worker-0", lambda n: n["spec"].update(unschedulable=True))
+    await kube.wait_for("Node", "worker-0", lambda n: n and ..., timeout=5)
+    kube.add_hook(fn)                                # fn(change) after every write
+
+    await kube.wait_for_watches(1, "nodes")          # the agent is watching now
+    kube.inject_watch_error(504)                     # end open watches with an ERROR event
+    kube.expire_history()                            # resuming from an old RV -> 410
+    kube.fail_requests(500, verb="patch", resource="nodes", times=2)
+    await kube.stop(); await kube.start()            # same port, state kept (kube.restart())
+    kube.count_requests(verb="patch", resource="nodes", user="system:node:worker-0")
+    kube.requests                                    # [RequestRecord(method, path, query,
+                                                     #   user, status, verb, resource, ...)]
+    kube.enable_drain_controller(delay=0.5)          # simulated MCC drain controller
+    kube.disable_drain_controller()
+
+`kube.start_in_thread()` / `kube.stop_in_thread()` serve from a background thread instead. All
+in-process store helpers are thread-safe.
+
+Identities (`Identity` in auth.py; pass them to `FakeKube(identities=...)` or register later):
+* `kube.admin` (always present): everything allowed.
+* `Identity.node(name, rules=())` / `kube.node_identity(name)`: the Node authorizer and
+  NodeRestriction: get/list/watch only its own Node, and list/watch only with
+  `fieldSelector=metadata.name=<own>` (otherwise 403 "... node 'X' cannot read all nodes, only
+  its own Node object"); create/update/patch only its own Node and nodes/<own>/status; create,
+  patch, update events; get/list/watch pods (as system:node's static rules allow); plus `rules`.
+* `Identity.service_account(ns, name, rules)` / `Identity.user_with_rules(user, rules)`: an RBAC
+  allowlist of (verb, group, resource) tuples; resource may be "pods/eviction", "nodes/status";
+  "*" is a wildcard. Anything else is 403 with the apiserver's wording. No/unknown token: 401.
+
+Served resources: core v1 namespaces, nodes (+status), pods (+status, +eviction), events;
+events.k8s.io/v1 events (stored separately, not converted); policy/v1 poddisruptionbudgets
+(+status); machineconfiguration.openshift.io/v1 machineconfigs, controllerconfigs (+status),
+machineconfigpools (+status), machineconfignodes (+status); operator.openshift.io/v1
+machineconfigurations (+status). Add more with `FakeKube(extra_resources=[ResourceType(...)])`.
+Discovery: /api, /api/v1, /apis, /apis/<g>, /apis/<g>/<v>, /version; /healthz etc.
+
+Semantics, as observed on the real server:
+* One global resourceVersion counter. No-op writes keep the RV and emit no event.
+* PUT/PATCH carrying a stale metadata.resourceVersion: 409 Conflict. POST of an existing name:
+  409 AlreadyExists. Errors are `Status` objects with the real reasons and wording.
+* metadata.generation is kept for CRs and PDBs, bumped when anything other than metadata and
+  status changes. With a status subresource the main endpoint ignores .status and /status
+  writes touch only .status (nodes/status may still change metadata, as on the real server).
+  Creating through the API drops .status for such types (nodes excepted); `put()` keeps it.
+* PATCH: merge (RFC 7386), strategic merge (built-in types only; CRs answer 415 like the real
+  server - note kubernetes_asyncio's CustomObjectsApi sends a dict body as json-patch unless
+  you pass `_content_type="application/merge-patch+json"`, and that is a 400, as for real),
+  JSON patch (RFC 6902). Strategic merge support is described in patch.py.
+* list: labelSelector (=, ==, !=, in, notin, exists, !exists), fieldSelector (metadata.name,
+  metadata.namespace, plus per-type fields such as spec.nodeName; unknown fields are 400),
+  limit/continue; items of built-in types carry no kind/apiVersion, like typed lists.
+* watch: initial ADDED events without resourceVersion (or "0"); replay after an RV from a
+  bounded history (`history_size`); an RV that was compacted gives one ERROR event with a
+  410 Status (reason "Expired", message "too old resource version: ...", as the real watch
+  cache words it) and the stream closes. An RV newer than the store waits `too_large_rv_wait`
+  then answers 504 ResourceVersionTooLarge. Selector transitions turn into ADDED/DELETED.
+  allowWatchBookmarks gives a BOOKMARK every `bookmark_interval` s; sendInitialEvents=true ends
+  the initial ADDEDs with a bookmark annotated k8s.io/initial-events-end. timeoutSeconds closes
+  the stream; `default_watch_timeout` applies otherwise.
+* Eviction (POST pods/<name>/eviction): 429 TooManyRequests "Cannot evict pod as it would
+  violate the pod's disruption budget." when the single selecting PDB allows no disruption;
+  500 if several PDBs select the pod. disruptionsAllowed is computed from minAvailable /
+  maxUnavailable and the selected pods that exist, are not terminating and not
+  Succeeded/Failed (no Ready check; no workload controllers, so "expected" = selected pods).
+  PDB status is also kept current by a built-in hook (`pdb_status_controller=True`).
+  With `evicted_pods_vanish=True` (default) evicted and deleted pods disappear at once;
+  with False, a pod bound to a node stays Terminating (deletionTimestamp set) until deleted
+  with gracePeriodSeconds=0 or `kube.delete(...)`, like a cluster with no kubelet.
+* Namespaced creates through the API need the namespace to exist (404 otherwise); a few
+  namespaces exist from the start (`namespaces=` option) and `put()` creates missing ones.
+* Not supported: server-side apply, tables, protobuf, managedFields, admission webhooks.
+"""
+
+from .auth import Identity, Rule
+from .drain_controller import DESIRED_DRAIN, LAST_APPLIED_DRAIN, DrainController
+from .errors import ApiError
+from .resources import ResourceType
+from .server import FakeKube, RequestRecord
+from .store import Change
+
+__all__ = [
+    "DESIRED_DRAIN",
+    "LAST_APPLIED_DRAIN",
+    "ApiError",
+    "Change",
+    "DrainController",
+    "FakeKube",
+    "Identity",
+    "RequestRecord",
+    "ResourceType",
+    "Rule",
+]

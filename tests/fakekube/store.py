@@ -1,0 +1,490 @@
+"""In-memory object store with etcd-like resource versions, watch history and hooks.
+
+All public methods are synchronous and guarded by one re-entrant lock, so tests may call them
+from the server's event loop or from another thread. Watchers live on an event loop; changes are
+handed to them with `call_soon_threadsafe`, which keeps per-watcher ordering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import secrets
+import string
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .errors import ApiError
+from .patch import apply_patch
+from .resources import ResourceType
+from .selectors import Selector
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key(rt: ResourceType, name: str, namespace: str | None) -> Key:
+    return (rt.group, rt.plural, (namespace or "") if rt.namespaced else "", name)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One committed write: what watchers and hooks see."""
+
+    type: str  # ADDED, MODIFIED or DELETED
+    rt: ResourceType
+    obj: Obj  # new state; for DELETED the last state, carrying the deletion's resourceVersion
+    old: Obj | None
+    rv: int
+
+
+class Watcher:
+    """A registered watch. Events and a progress marker arrive on `queue` in commit order."""
+
+    def __init__(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        selector: Selector,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.rt = rt
+        self.namespace = namespace
+        self.selector = selector
+        self.loop = loop
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        # Highest RV whose change (matching or not) has been queued; bookmarks may only report
+        # an RV once every event up to it is in the queue, so it is advanced on the loop.
+        self.progress_rv = 0
+
+    def translate(self, ch: Change) -> tuple[str, Obj] | None:
+        """Map a store change to the event this watch must see, as the watch cache does:
+        an object that starts matching the selector is ADDED, one that stops is DELETED."""
+        if (ch.rt.group, ch.rt.plural) != (self.rt.group, self.rt.plural):
+            return None
+        if self.namespace and ch.obj["metadata"].get("namespace") != self.namespace:
+            return None
+        now = self.selector.matches(ch.obj)
+        if ch.type != "MODIFIED":
+            return (ch.type, ch.obj) if now else None
+        before = ch.old is not None and self.selector.matches(ch.old)
+        if now:
+            return ("MODIFIED" if before else "ADDED", ch.obj)
+        if before and ch.old is not None:
+            gone = copy.deepcopy(ch.old)
+            gone["metadata"]["resourceVersion"] = str(ch.rv)
+            return ("DELETED", gone)
+        return None
+
+    def deliver(self, event: Any, rv: int) -> None:
+        """Runs on the watcher's loop."""
+        if event is not None:
+            self.queue.put_nowait(event)
+        self.progress_rv = max(self.progress_rv, rv)
+
+    def notify(self, event: Any, rv: int = 0) -> bool:
+        try:
+            self.loop.call_soon_threadsafe(self.deliver, event, rv)
+        except RuntimeError:  # loop closed: the watch is gone
+            return False
+        return True
+
+
+def _without_status_meta(obj: Obj) -> Obj:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+class Store:
+    def __init__(self, history_size: int = 1000) -> None:
+        self.lock = threading.RLock()
+        self._objects: dict[Key, Obj] = {}
+        self._rv = 1
+        self._history: deque[Change] = deque()
+        self._history_size = history_size
+        # RVs <= this may have had changes we no longer retain: watching from them is 410.
+        self._compacted_rv = 0
+        self._watchers: set[Watcher] = set()
+        self._hooks: list[Callable[[Change], None]] = []
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    @property
+    def compacted_rv(self) -> int:
+        return self._compacted_rv
+
+    def add_hook(self, fn: Callable[[Change], None]) -> None:
+        """`fn(change)` runs in the writing thread after every committed write."""
+        self._hooks.append(fn)
+
+    def remove_hook(self, fn: Callable[[Change], None]) -> None:
+        if fn in self._hooks:
+            self._hooks.remove(fn)
+
+    def _commit(self, type_: str, rt: ResourceType, key: Key, obj: Obj, old: Obj | None) -> Change:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        if type_ == "DELETED":
+            self._objects.pop(key, None)
+        else:
+            self._objects[key] = obj
+        change = Change(
+            type_, rt, copy.deepcopy(obj), copy.deepcopy(old) if old else None, self._rv
+        )
+        if len(self._history) >= self._history_size:
+            self._compacted_rv = self._history.popleft().rv
+        self._history.append(change)
+        for w in list(self._watchers):
+            if not w.notify(w.translate(change), change.rv):
+                self._watchers.discard(w)
+        return change
+
+    def _run_hooks(self, changes: list[Change]) -> None:
+        for ch in changes:
+            for hook in list(self._hooks):
+                hook(ch)
+
+    def _existing(self, rt: ResourceType, name: str, namespace: str | None) -> tuple[Key, Obj]:
+        key = _key(rt, name, namespace)
+        obj = self._objects.get(key)
+        if obj is None:
+            raise ApiError.not_found(rt, name)
+        return key, obj
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get(self, rt: ResourceType, name: str, namespace: str | None = None) -> Obj:
+        with self.lock:
+            return copy.deepcopy(self._existing(rt, name, namespace)[1])
+
+    def try_get(self, rt: ResourceType, name: str, namespace: str | None = None) -> Obj | None:
+        with self.lock:
+            obj = self._objects.get(_key(rt, name, namespace))
+            return copy.deepcopy(obj) if obj else None
+
+    def list(
+        self, rt: ResourceType, namespace: str | None = None, selector: Selector | None = None
+    ) -> tuple[list[Obj], int]:
+        """Matching objects sorted by (namespace, name), and the RV of this snapshot."""
+        with self.lock:
+            items = [
+                copy.deepcopy(obj)
+                for (group, plural, ns, _), obj in sorted(self._objects.items())
+                if (group, plural) == (rt.group, rt.plural)
+                and (not namespace or not rt.namespaced or ns == namespace)
+                and (selector is None or selector.matches(obj))
+            ]
+            return items, self._rv
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def create(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+        keep_status: bool = False,
+    ) -> Obj:
+        obj = copy.deepcopy(obj)
+        obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            suffix = "".join(
+                secrets.choice(string.ascii_lowercase + string.digits) for _ in "12345"
+            )
+            meta["name"] = meta["generateName"] + suffix
+        name = meta.get("name")
+        if not name:
+            raise ApiError.invalid(
+                rt, "", "metadata.name: Required value: name or generateName is required"
+            )
+        if rt.namespaced:
+            meta["namespace"] = namespace or meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        for system_field in ("deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            meta.pop(system_field, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        if rt.track_generation:
+            meta["generation"] = 1
+        # As the real strategies do: create cannot set status through a status subresource
+        # (nodes excepted); in-process setup (`keep_status`) may.
+        if not keep_status and "status" in rt.subresources and rt.plural != "nodes":
+            obj.pop("status", None)
+        if rt.plural == "pods":
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        elif rt.plural == "namespaces":
+            obj.setdefault("status", {}).setdefault("phase", "Active")
+        with self.lock:
+            key = _key(rt, name, meta.get("namespace"))
+            if key in self._objects:
+                raise ApiError.already_exists(rt, name)
+            if dry_run:
+                meta["resourceVersion"] = ""
+                return obj
+            change = self._commit("ADDED", rt, key, obj, None)
+        self._run_hooks([change])
+        return copy.deepcopy(change.obj)
+
+    def _prepare_update(self, rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> Obj:
+        """Apply the strategy rules of the real registry to a full replacement object."""
+        new = copy.deepcopy(new)
+        if subresource == "status":
+            if rt.custom:
+                # CR status writes change nothing but .status.
+                merged = copy.deepcopy(old)
+                if "status" in new:
+                    merged["status"] = new["status"]
+                else:
+                    merged.pop("status", None)
+                new = merged
+            elif "spec" in old:
+                new["spec"] = copy.deepcopy(old["spec"])
+            else:
+                new.pop("spec", None)
+        elif "status" in rt.subresources:
+            # The main resource ignores status changes when a status subresource exists.
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            else:
+                new.pop("status", None)
+        new["kind"], new["apiVersion"] = rt.kind, rt.api_version
+        meta = new.get("metadata")
+        if not isinstance(meta, dict):
+            meta = new["metadata"] = {}
+        old_meta = old["metadata"]
+        for system_field in (
+            "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+            "generation", "name", "namespace", "resourceVersion",
+        ):  # fmt: skip
+            if system_field in old_meta:
+                meta[system_field] = old_meta[system_field]
+            else:
+                meta.pop(system_field, None)
+        if rt.track_generation and _without_status_meta(old) != _without_status_meta(new):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        return new
+
+    def _write(
+        self,
+        rt: ResourceType,
+        name: str,
+        namespace: str | None,
+        build: Callable[[Obj], Obj],
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Obj, list[Change]]:
+        """Read-modify-write under the lock; `build(current)` returns the desired object and
+        raises ApiError for conflicts. Returns the stored object and the committed changes."""
+        with self.lock:
+            key, current = self._existing(rt, name, namespace)
+            desired = build(copy.deepcopy(current))
+            result = self._prepare_update(rt, current, desired, subresource)
+            if result == current or dry_run:
+                # No-op writes keep the RV and emit no event, like the real apiserver.
+                return copy.deepcopy(result), []
+            changes = [self._commit("MODIFIED", rt, key, result, current)]
+            m = result["metadata"]
+            # Last finalizer removed from an object being deleted: it goes away now.
+            if (
+                m.get("deletionTimestamp")
+                and not m.get("finalizers")
+                and m.get("deletionGracePeriodSeconds", 0) == 0
+            ):
+                changes.append(self._commit("DELETED", rt, key, copy.deepcopy(result), result))
+            return copy.deepcopy(changes[-1].obj), changes
+
+    @staticmethod
+    def _check_preconditions(rt: ResourceType, current: Obj, body_meta: dict[str, Any]) -> None:
+        name = current["metadata"]["name"]
+        rv = body_meta.get("resourceVersion")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise ApiError.conflict(rt, name)
+        uid = body_meta.get("uid")
+        if uid and uid != current["metadata"]["uid"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rt.qualified} "{name}": Precondition failed: '
+                f"UID in precondition: {uid}, UID in object meta: {current['metadata']['uid']}",
+                {"name": name, "kind": rt.plural},
+            )
+
+    def update(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """PUT semantics: a body RV must match the stored one (409 otherwise); no RV means an
+        unconditional update."""
+        name = obj.get("metadata", {}).get("name", "")
+
+        def build(current: Obj) -> Obj:
+            self._check_preconditions(rt, current, obj.get("metadata") or {})
+            return obj
+
+        with self.lock:
+            if (
+                rt.create_on_update
+                and self.try_get(rt, name, namespace) is None
+                and not subresource
+            ):
+                return self.create(rt, obj, namespace, dry_run=dry_run)
+            result, changes = self._write(
+                rt, name, namespace, build, subresource=subresource, dry_run=dry_run
+            )
+        self._run_hooks(changes)
+        return result
+
+    def patch(
+        self,
+        rt: ResourceType,
+        name: str,
+        body: Any,
+        patch_type: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """PATCH semantics: a patch that sets a stale metadata.resourceVersion is 409."""
+
+        def build(current: Obj) -> Obj:
+            patched = apply_patch(patch_type, current, body, custom=rt.custom)
+            if not isinstance(patched, dict):
+                raise ApiError.bad_request("patch did not produce an object")
+            meta = patched.get("metadata") or {}
+            if meta.get("name", name) != name:
+                raise ApiError.bad_request("metadata.name: Invalid value: field is immutable")
+            self._check_preconditions(rt, current, meta)
+            return patched
+
+        result, changes = self._write(
+            rt, name, namespace, build, subresource=subresource, dry_run=dry_run
+        )
+        self._run_hooks(changes)
+        return result
+
+    def mutate(
+        self,
+        rt: ResourceType,
+        name: str,
+        fn: Callable[[Obj], Obj | None],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """In-process read-modify-write: `fn` edits the object in place (or returns a new one)."""
+
+        def build(current: Obj) -> Obj:
+            out = fn(current)
+            return current if out is None else out
+
+        result, changes = self._write(rt, name, namespace, build, subresource=subresource)
+        self._run_hooks(changes)
+        return result
+
+    def delete(
+        self,
+        rt: ResourceType,
+        name: str,
+        namespace: str | None = None,
+        *,
+        immediate: bool = True,
+        grace_period: int = 30,
+        preconditions: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Delete, or (finalizers present / `immediate` false, i.e. a pod with no kubelet to
+        confirm) only mark deletionTimestamp. Returns (last state, gone)."""
+        with self.lock:
+            key, current = self._existing(rt, name, namespace)
+            self._check_preconditions(rt, current, preconditions or {})
+            if dry_run:
+                return copy.deepcopy(current), True
+            meta = current["metadata"]
+            if meta.get("finalizers") or not immediate:
+                if meta.get("deletionTimestamp"):
+                    return copy.deepcopy(current), False
+                marked = copy.deepcopy(current)
+                marked["metadata"]["deletionTimestamp"] = now_rfc3339()
+                marked["metadata"]["deletionGracePeriodSeconds"] = (
+                    0 if meta.get("finalizers") and immediate else grace_period
+                )
+                if rt.track_generation:
+                    marked["metadata"]["generation"] = int(meta.get("generation", 1)) + 1
+                change = self._commit("MODIFIED", rt, key, marked, current)
+                gone = False
+            else:
+                change = self._commit("DELETED", rt, key, copy.deepcopy(current), current)
+                gone = True
+        self._run_hooks([change])
+        return copy.deepcopy(change.obj), gone
+
+    # -- watch support ----------------------------------------------------------------------
+
+    def register_watch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        selector: Selector,
+        since: int | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[list[tuple[str, Obj]], Watcher, int]:
+        """Atomically take the initial events and subscribe, so no change falls in between.
+
+        `since=None`: ADDED for every current match. Otherwise replay retained history after
+        `since`; 410 Expired if it has been compacted away. Returns (events, watcher, rv)."""
+        with self.lock:
+            if since is None:
+                items, _ = self.list(rt, namespace, selector)
+                initial = [("ADDED", obj) for obj in items]
+            else:
+                if since < self._compacted_rv:
+                    raise ApiError.expired(
+                        f"too old resource version: {since} ({self._compacted_rv})"
+                    )
+                watcher_probe = Watcher(rt, namespace, selector, loop)
+                initial = [
+                    ev
+                    for ch in self._history
+                    if ch.rv > since and (ev := watcher_probe.translate(ch)) is not None
+                ]
+            watcher = Watcher(rt, namespace, selector, loop)
+            watcher.progress_rv = self._rv
+            self._watchers.add(watcher)
+            return initial, watcher, self._rv
+
+    def unregister_watch(self, watcher: Watcher) -> None:
+        with self.lock:
+            self._watchers.discard(watcher)
+
+    def watchers(self) -> list[Watcher]:
+        with self.lock:
+            return list(self._watchers)
+
+    def expire_history(self) -> None:
+        """Forget all history: resuming a watch from any RV older than now gives 410."""
+        with self.lock:
+            self._history.clear()
+            self._compacted_rv = self._rv

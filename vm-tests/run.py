@@ -1,0 +1,262 @@
+"""VM tier: `python vm-tests/run.py [-k NAME] [--keep]` (root; see vm-tests/README.md).
+
+The same images and stand-in bootc as the system tier, in a qemu VM under TCG (KVM hangs on
+this machine): direct kernel boot, a qcow2 overlay of the cached disk per scenario, serial
+console, 9p shares for the repo, the stand-in and the scenario, and the loopback registry
+reachable from the guest at 10.0.2.100:5000 through slirp's guestfwd (restrict=on: no other
+network). A reboot inside the guest resets the VM and boots the same kernel again; the stand-in's
+boot unit picks the deployment, so the harness need not play bootloader."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+from image import VmImage, ensure_image  # noqa: E402
+
+from tests.system.rootfs import REPO  # noqa: E402
+from tests.system.scenarios import agent_missing  # noqa: E402
+from tests.system.world import DESIRED, KEY_A, Image, World  # noqa: E402
+
+GUEST_REGISTRY = "10.0.2.100:5000"
+BOOT_TIMEOUT = 150  # seconds per expected boot under TCG (≈30-45 s measured)
+UP = re.compile(r"HARNESS boot=(\d+) up")
+
+
+@dataclass(frozen=True)
+class VmScenario:
+    name: str
+    step: str  # the guest's step.sh (placeholders: {V1} {V2} {V3} {MISSING} digests/refs)
+    boots: int
+    needs_agent: bool = True
+
+
+PLATFORM = """\
+case $n in
+1) bootc switch {MISSING_REF} 2>/tmp/err
+   grep -q "manifest unknown" /tmp/err || finish "fail: $(cat /tmp/err)"
+   bootc switch --transport registry {V2_REF} || finish "fail: switch to v2"
+   log staged; systemctl reboot --no-block ;;
+2) [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest)"
+   grep -q VERSION=v2 /usr/lib/testos-release || finish "fail: v2 files not applied"
+   finish pass ;;
+esac
+"""
+IMAGE_UPDATE = """\
+case $n in
+1) wait_agent Done {V1} || finish "fail: not Done on v1: $(agent_field reason)"
+   cp /mnt/harness/desired-next.yaml {DESIRED}.tmp && mv {DESIRED}.tmp {DESIRED}
+   sleep 240; finish "fail: no reboot after v2 was desired ($(agent_field reason))" ;;
+2) wait_agent Done {V2} || finish "fail: not Done on v2: $(agent_field reason)"
+   [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest)"
+   systemctl is-active boot-complete.target || finish "fail: boot-complete not reached"
+   finish pass ;;
+*) finish "fail: boot $n: more reboots than one" ;;
+esac
+"""
+HEALTH_ROLLBACK = """\
+case $n in
+1) wait_agent Done {V1} || finish "fail: not Done on v1: $(agent_field reason)"
+   cp /mnt/harness/desired-next.yaml {DESIRED}.tmp && mv {DESIRED}.tmp {DESIRED}
+   sleep 240; finish "fail: no reboot after v3 was desired" ;;
+2) sleep 240; finish "fail: no rollback reboot from v3 ($(agent_field reason))" ;;
+3) wait_agent Degraded 50-testos-health || finish "fail: not Degraded: $(agent_field reason)"
+   [ "$(booted_digest)" = "{V1}" ] || finish "fail: booted $(booted_digest)"
+   finish pass ;;
+*) finish "fail: boot $n" ;;
+esac
+"""
+SCENARIOS = [
+    VmScenario("platform-vm", PLATFORM, 2, needs_agent=False),
+    VmScenario("image-update-vm", IMAGE_UPDATE, 2),
+    VmScenario("health-rollback-vm", HEALTH_ROLLBACK, 3),
+]
+NEXT = {"image-update-vm": "v2", "health-rollback-vm": "v3"}
+
+
+def guest_image(image: Image) -> Image:
+    """The same repository and digest, as the guest reaches the registry."""
+    return Image(f"{GUEST_REGISTRY}/{image.name.split('/', 1)[1]}", image.tag, image.digest)
+
+
+def desired_doc(image: Image) -> str:
+    return json.dumps({
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfig",
+        "metadata": {"name": f"rendered-worker-{image.tag}"},
+        "spec": {
+            "osImageURL": image.pinned,
+            "config": {
+                "ignition": {"version": "3.4.0"},
+                "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": [KEY_A]}]},
+            },
+        },
+    }, indent=1)  # fmt: skip
+
+
+def seed(world: World, share: Path, scenario: VmScenario) -> None:
+    """The files the first boot copies into the disk (harness-seed.service)."""
+    s = share / "seed"
+    images = {k: guest_image(v) for k, v in world.images.items()}
+    v1 = images["v1"]
+    store = s / "var/lib/standin-bootc/store"
+    store.parent.mkdir(parents=True)
+    subprocess.run(
+        ["timeout", "60", "skopeo", "copy", "--quiet", "--src-tls-verify=false",
+         f"docker://{world.images['v1'].pinned}", f"oci:{store}:{v1.digest[7:]}"],
+        check=True,
+    )  # fmt: skip
+    slot = {"ref": v1.pinned, "name": v1.name, "digest": v1.digest, "version": "v1"}
+    state = {"booted": slot, "staged": None, "rollback": None, "rollbackQueued": False}
+    (s / "var/lib/standin-bootc/state.json").write_text(json.dumps(state))
+    conf = s / "etc/containers/registries.conf.d/50-vm-tier.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f'[[registry]]\nlocation = "{GUEST_REGISTRY}"\ninsecure = true\n')
+    if scenario.needs_agent:
+        units = s / "etc/systemd/system"
+        units.mkdir(parents=True)
+        for unit in sorted((REPO / "systemd").glob("*.service")):
+            shutil.copy(unit, units / unit.name)
+        for unit in units.glob("image-mode-agent*.service"):
+            # enable as `systemctl enable` would, from the unit's own [Install] section
+            for target in re.findall(r"^(?:WantedBy|RequiredBy)=(.+)$", unit.read_text(), re.M):
+                for t in target.split():
+                    wants = units / f"{t}.wants"
+                    wants.mkdir(exist_ok=True)
+                    (wants / unit.name).symlink_to(f"/etc/systemd/system/{unit.name}")
+        desired = s / DESIRED.lstrip("/")
+        desired.parent.mkdir(parents=True, exist_ok=True)
+        desired.write_text(desired_doc(v1))
+        (share / "desired-next.yaml").write_text(desired_doc(images[NEXT[scenario.name]]))
+    step = scenario.step
+    for key, value in {
+        "{V1}": images["v1"].digest, "{V2}": images["v2"].digest, "{V3}": images["v3"].digest,
+        "{V2_REF}": images["v2"].pinned, "{MISSING_REF}": images["missing"].pinned,
+        "{DESIRED}": DESIRED,
+    }.items():  # fmt: skip
+        step = step.replace(key, value)
+    (share / "step.sh").write_text(step)
+    shutil.copy(HERE / "guest/run-step.sh", share / "run-step")
+
+
+@dataclass
+class VmResult:
+    name: str
+    ok: bool
+    boots: int
+    seconds: float
+    detail: str = ""
+
+
+def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) -> VmResult:
+    start = time.monotonic()
+    share = workdir / "harness"
+    share.mkdir(parents=True)
+    seed(world, share, scenario)
+    overlay = workdir / "overlay.qcow2"
+    subprocess.run(["timeout", "30", "qemu-img", "create", "-q", "-f", "qcow2", "-b",
+                    str(image.base), "-F", "raw", str(overlay)], check=True)  # fmt: skip
+    assert world.registry
+    cmd = [
+        "qemu-system-x86_64", "-accel", "tcg", "-m", "2048", "-smp", "2", "-nographic",
+        "-nic", f"user,model=virtio-net-pci,restrict=on,"
+                f"guestfwd=tcp:{GUEST_REGISTRY}-cmd:/usr/bin/python3 {HERE / 'relay.py'} "
+                f"{world.registry.host.replace(':', ' ')}",
+        "-kernel", str(image.dir / "vmlinux"), "-initrd", str(image.dir / "initrd.img"),
+        "-append", "console=ttyS0 root=LABEL=root rw quiet mitigations=off",
+        "-drive", f"file={overlay},if=virtio,format=qcow2",
+        "-virtfs", f"local,path={REPO},mount_tag=src,security_model=none,readonly=on,id=src",
+        "-virtfs", f"local,path={REPO / 'tests/system/guest'},mount_tag=guest,"
+                   "security_model=none,readonly=on,id=guest",
+        "-virtfs", f"local,path={share},mount_tag=harness,security_model=none,id=harness",
+    ]  # fmt: skip
+    console = open(workdir / "console.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")  # fmt: skip
+    boots = 0
+
+    def pump() -> None:
+        nonlocal boots
+        assert proc.stdout
+        for line in proc.stdout:
+            console.write(f"[{time.monotonic() - start:6.1f}] {line}")
+            if m := UP.search(line):
+                boots = max(boots, int(m.group(1)))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        proc.wait(BOOT_TIMEOUT * (scenario.boots + 1))
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.kill()  # only the qemu this harness started
+        proc.wait()
+        timed_out = True
+    reader.join(5)
+    console.close()
+    log = (share / "results.log").read_text() if (share / "results.log").exists() else ""
+    results = [line.split("RESULT ", 1)[1] for line in log.splitlines() if "RESULT " in line]
+    elapsed = time.monotonic() - start
+    if timed_out:
+        return VmResult(scenario.name, False, boots, elapsed, f"timed out; {log[-300:]!r}")
+    if results != ["pass"]:
+        return VmResult(scenario.name, False, boots, elapsed, "; ".join(results) or "no result")
+    if boots != scenario.boots:
+        return VmResult(scenario.name, False, boots, elapsed, f"expected {scenario.boots} boots")
+    return VmResult(scenario.name, True, boots, elapsed)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="vm-tests/run.py", description=__doc__)
+    parser.add_argument("-k", action="append", help="only scenarios whose name contains this")
+    parser.add_argument("--keep", action="store_true", help="keep overlays, consoles, shares")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("the VM tier needs root")
+        return 1
+    selected = [s for s in SCENARIOS if not args.k or any(k in s.name for k in args.k)]
+    total = time.monotonic()
+    image = ensure_image()
+    print(f"VM image: {image.dir} ({'built' if image.built else 'cached'}, {image.seconds:.1f}s)")
+    blocked = agent_missing()
+    if blocked:
+        print(f"agent: {blocked}")
+    workdir = Path(tempfile.mkdtemp(prefix="ima-vm-"))
+    world = World(Path("/nonexistent"), workdir)  # registries and images only: no nspawn here
+    results = []
+    try:
+        world.start()
+        for scenario in selected:
+            if scenario.needs_agent and blocked:
+                result = VmResult(scenario.name, False, 0, 0.0, blocked)
+            else:
+                result = run_vm(image, world, scenario, workdir / scenario.name)
+            results.append(result)
+            print(f"{'PASS' if result.ok else 'FAIL'} {result.name:<20} boots={result.boots} "
+                  f"{result.seconds:6.1f}s" + (f"  {result.detail}" if result.detail else ""),
+                  flush=True)  # fmt: skip
+    finally:
+        world.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    passed = sum(r.ok for r in results)
+    print(f"{passed}/{len(results)} passed in {time.monotonic() - total:.1f}s"
+          + (f" (kept {workdir})" if args.keep else ""))  # fmt: skip
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = run_one(world, scenario, blocked)
             results.append(result)
             mark = "PASS" if result.ok else "FAIL"
-            say(f"{mark} {result.name:<16} boots={result.boots} {result.seconds:6.1f}s"
+            say(f"{mark} {result.name:<20} boots={result.boots} {result.seconds:6.1f}s"
                 + (f"  {result.detail}" if result.detail else ""))  # fmt: skip
     finally:
         world.stop()
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         for s in SCENARIOS:
-            say(f"{s.name:<16} {(s.doc or '').splitlines()[0] if s.doc else ''}")
+            say(f"{s.name:<20} {(s.doc or '').splitlines()[0] if s.doc else ''}")
         return 0
     if args.command == "build":
         rootfs = ensure_rootfs(log=say)

@@ -139,6 +139,57 @@ def platform(w: World, m: Machine) -> None:
     expect(m.boots == 2, f"expected 2 boots, got {m.boots}")
 
 
+def standin_bootloader(w: World, m: Machine) -> None:
+    """The stand-in's boot semantics the agent relies on, across real container reboots: a
+    locked (--download-only) stage is dropped by a plain reboot, `upgrade --from-downloaded`
+    unlocks it, a marked boot falls back, `rollback` is a toggle, and a masked reboot.target
+    holds a reboot request back (crash-recovery uses that)."""
+    v1, v2 = w.images["v1"], w.images["v2"]
+    w.boot_into(m, v1)
+    m.start()
+    m.wait_booted(1)
+    m.wait_system_up()
+
+    def booted() -> str:
+        return bootc_status(m)["status"]["booted"]["image"]["imageDigest"]
+
+    def reboot(boot: int) -> dict:
+        m.sh("systemctl reboot --no-block")
+        record = m.wait_booted(boot)
+        m.wait_system_up()
+        return record
+
+    m.sh(f"bootc switch --download-only {v2.pinned}")
+    staged = bootc_status(m)["status"]["staged"]
+    expect(staged and staged["downloadOnly"], f"not staged download-only: {staged}")
+    expect(reboot(2)["event"] == "discarded-locked", "a locked stage was not discarded")
+    expect(booted() == v1.digest, "a locked stage was booted")
+
+    m.sh(f"bootc switch --download-only {v2.pinned} && bootc upgrade --from-downloaded")
+    expect(reboot(3)["event"] == "booted-staged" and booted() == v2.digest, "unlock: no v2")
+
+    m.sh(f"bootc switch {v1.pinned}")
+    m.write(f"{STANDIN_STATE}/fail-next-boot", "")
+    expect(reboot(4)["event"] == "fell-back" and booted() == v2.digest, "no fallback")
+
+    m.sh("bootc rollback")
+    expect(bootc_status(m)["status"]["rollbackQueued"], "rollback not queued")
+    m.sh("bootc rollback")  # a toggle: back to the default order
+    expect(not bootc_status(m)["status"]["rollbackQueued"], "rollback is not a toggle")
+    m.sh("bootc rollback")
+    expect(reboot(5)["event"] == "rolled-back" and booted() == v1.digest, "rollback: no v1")
+    expect(m.read("/usr/lib/testos-release") == "VERSION=v1\n", "v1's files not back")
+
+    m.sh("systemctl mask --runtime reboot.target")
+    held = m.sh("systemctl reboot --no-block", check=False)
+    expect(held.returncode != 0, "a masked reboot.target did not hold the reboot back")
+    time.sleep(1)
+    expect(m.boots == 5 and m.running, f"rebooted anyway: boots={m.boots}")
+    m.sh("systemctl unmask --runtime reboot.target")
+    m.stop()
+    expect(m.exit_codes == [133] * 4 + [0], f"exit codes {m.exit_codes}")
+
+
 def live_ssh_key(w: World, m: Machine) -> None:
     """An SSH key change is written live: no stage, no reboot."""
     v1 = w.images["v1"]
@@ -252,6 +303,12 @@ def timer_masked(w: World, m: Machine) -> None:
 
 SCENARIOS = [
     Scenario("platform", platform, needs_agent=False, doc=platform.__doc__ or ""),
+    Scenario(
+        "standin-bootloader",
+        standin_bootloader,
+        needs_agent=False,
+        doc=standin_bootloader.__doc__ or "",
+    ),
     Scenario("live-ssh-key", live_ssh_key),
     Scenario("image-update", image_update),
     Scenario("health-rollback", health_rollback),

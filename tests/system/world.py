@@ -87,7 +87,10 @@ class World:
     # ---- machines -----------------------------------------------------------------------------
 
     def machine(self, name: str) -> Machine:
-        machine = Machine(self.rootfs, self.workdir / "machines" / name, name).create()
+        # The hostname doubles as nspawn's machine name (its /run/systemd/nspawn/propagate/ dir):
+        # unique per run, so two runs on one host never collide.
+        unique = f"{name}-{self.workdir.name[-6:]}"
+        machine = Machine(self.rootfs, self.workdir / "machines" / name, unique).create()
         assert self.registry and self.auth_registry
         # Plain HTTP on loopback, as containers-image's registries.conf allows (bootc reads it).
         conf = "".join(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from tests.system.machine import MachineError
 from tests.system.rootfs import ensure_rootfs
-from tests.system.scenarios import SCENARIOS, Scenario, agent_missing
+from tests.system.scenarios import SCENARIOS, Scenario, agent_missing, diagnostics
 from tests.system.world import World, cleanup
 
 TOOLS = ("mmdebstrap", "systemd-nspawn", "docker-registry", "skopeo", "nsenter", "journalctl")
@@ -46,12 +47,30 @@ def run_one(world: World, scenario: Scenario, blocked: str | None) -> Result:
         scenario.run(world, machine)
         return Result(scenario.name, True, machine.boots, time.monotonic() - start)
     except MachineError as exc:
-        return Result(scenario.name, False, machine.boots, time.monotonic() - start, str(exc))
+        detail = str(exc)
+        if scenario.needs_agent:
+            detail += "\n" + diagnostics(machine)
+        return Result(scenario.name, False, machine.boots, time.monotonic() - start, detail)
     except Exception:  # a harness bug must still report and clean up the machine
         detail = traceback.format_exc(limit=4)
         return Result(scenario.name, False, machine.boots, time.monotonic() - start, detail)
     finally:
         world.destroy(machine)
+
+
+def reap_stale(base: Path) -> None:
+    """Unmount and delete what a killed earlier run left (its overlays stay mounted), but only
+    runs whose owner process is gone: a concurrent run's machines are left alone."""
+    for workdir in base.glob("ima-system-*"):
+        try:
+            owner = int((workdir / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue  # no pidfile: kept with --keep, or not ours
+        if Path(f"/proc/{owner}").exists():
+            continue
+        for root in workdir.glob("machines/*/root"):
+            subprocess.run(["timeout", "30", "umount", "-l", str(root)], capture_output=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(workdir)])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -67,7 +86,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if blocked:
         say(f"agent: {blocked}")
     base = Path(os.environ.get("IMA_SYSTEM_WORK", tempfile.gettempdir()))
+    reap_stale(base)
     workdir = Path(tempfile.mkdtemp(prefix="ima-system-", dir=base))
+    (workdir / "owner.pid").write_text(str(os.getpid()))
     world = World(rootfs.path, workdir, keep=args.keep)
     results: list[Result] = []
     try:
@@ -83,6 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 + (f"  {result.detail}" if result.detail else ""))  # fmt: skip
     finally:
         world.stop()
+        (workdir / "owner.pid").unlink(missing_ok=True)  # a kept run is not stale
         cleanup(workdir, args.keep)
     passed = sum(r.ok for r in results)
     say(f"{passed}/{len(results)} passed in {time.monotonic() - total:.1f}s"

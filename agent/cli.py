@@ -78,13 +78,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agent.runtime import RunOptions, open_host, run_file_source
+    from agent.runtime import RunOptions, open_host, run_cluster_source, run_file_source
 
     kind, _, arg = args.source.partition(":")
-    if kind != "file" or not arg:
-        raise InputError(f"unknown source {args.source!r}: expected file:PATH", field="--source")
+    if not ((kind == "file" and arg) or args.source == "kube"):
+        raise InputError(
+            f"unknown source {args.source!r}: expected file:PATH or kube", field="--source"
+        )
     allowlist = Allowlist()
     host = open_host(args.host, allowlist)
+    if args.source == "kube":
+        return asyncio.run(run_cluster_source(host, allowlist, args))
     options = RunOptions(
         once=args.once,
         dry_run=args.dry_run,
@@ -158,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(func=cmd_plan)
 
     run = sub.add_parser("run", help="reconcile a host toward its desired state")
-    run.add_argument("--source", required=True, help="file:PATH (a MachineConfig document)")
+    run.add_argument(
+        "--source", required=True, help="file:PATH (a MachineConfig document) or kube (the Node)"
+    )
     run.add_argument("--host", required=True, help="simulated:DIR")
     run.add_argument("--once", action="store_true", help="exit 0 Done, 3 rebooting, 4 Degraded")
     run.add_argument("--dry-run", action="store_true", help="observe and plan, change nothing")
@@ -167,6 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="boots of a new image whose checks fail before rolling back")  # fmt: skip
     run.add_argument("--poll-interval", type=float, default=1.0, help="seconds between checks "
                      "of the source file")  # fmt: skip
+    cluster = run.add_argument_group("cluster mode (--source kube)")
+    cluster.add_argument("--kubeconfig", help="credentials for reads (default: in-cluster)")
+    cluster.add_argument(
+        "--node-kubeconfig", help="credentials for writing the own Node (the kubelet's)"
+    )
+    cluster.add_argument("--node-name", help="this node's name (default: $NODE_NAME)")
+    cluster.add_argument(
+        "--drain",
+        choices=("controller", "self"),
+        default="controller",
+        help="who drains: the MCO drain controller (handshake) or the agent itself",
+    )
+    cluster.add_argument("--drain-timeout", type=float, default=3600.0, help="seconds")
     run.set_defaults(func=cmd_run)
 
     sim = sub.add_parser(

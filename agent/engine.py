@@ -88,6 +88,11 @@ class Engine:
                 f"recorded current config is unreadable: {exc}", kind="journal"
             ) from None
 
+    def adopt_current(self, document: bytes) -> None:
+        """Record `document` as the config the host runs, when none is recorded yet."""
+        parse_machine_config(document)  # refuse to record what could not be read back
+        write_atomic(self._current_path, document)
+
     def _pending(self) -> Desired:
         data = self._pending_path.read_bytes()
         rec = self.journal.load()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -41,6 +42,42 @@ def open_host(spec: str, allowlist: Allowlist) -> Host:
         sim.boot()
         return sim.host(allowlist.allows)
     raise InputError(f"unknown host {spec!r}: expected simulated:DIR", field="--host")
+
+
+async def run_cluster_source(host: Host, allowlist: Allowlist, args: object) -> int:
+    """`run --source kube`: credentials, the Node's name, then the cluster agent."""
+    from agent.cluster.agent import ClusterAgent, ClusterOptions
+    from agent.cluster.kube import Kube
+
+    node_name = getattr(args, "node_name", None) or os.environ.get("NODE_NAME")
+    if not node_name:
+        raise InputError("no node name: pass --node-name or set NODE_NAME", field="--node-name")
+    api = await Kube.connect(getattr(args, "kubeconfig", None))
+    node_kubeconfig = getattr(args, "node_kubeconfig", None)
+    node_api = await Kube.connect(node_kubeconfig) if node_kubeconfig else api
+    options = ClusterOptions(
+        node_name=node_name,
+        drain=getattr(args, "drain", "controller"),
+        drain_timeout=getattr(args, "drain_timeout", 3600.0),
+        dry_run=getattr(args, "dry_run", False),
+        max_boot_attempts=getattr(args, "max_boot_attempts", 1),
+    )
+    agent = ClusterAgent(api, node_api, host, allowlist, options)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        return await agent.run()
+    except asyncio.CancelledError:
+        return EXIT_DONE
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await api.close()
+        if node_api is not api:
+            await node_api.close()
 
 
 def write_status(host: Host, outcome: Outcome, phase: str) -> None:

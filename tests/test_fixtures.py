@@ -111,7 +111,10 @@ def test_ignition_fixtures_plain_gzip_base64(name: str) -> None:
 
 
 def test_ssh_machineconfig_fixture_is_live() -> None:
-    path = FIXTURES / "mco/controller_bootstrap_testdata_bootstrap_99_openshift-machineconfig_worker.yaml"
+    path = (
+        FIXTURES
+        / "mco/controller_bootstrap_testdata_bootstrap_99_openshift-machineconfig_worker.yaml"
+    )
     mc = parse_machine_config(path.read_bytes())
     assert mc.name == "99-worker-ssh" and mc.os_image_url is None
     plan = plan_update(empty_machine_config("old"), mc, booted=None, target=None)
@@ -122,7 +125,9 @@ def test_ssh_machineconfig_fixture_is_live() -> None:
 
 
 def test_ignition_2_2_fixture_is_refused_with_a_reason() -> None:
-    mc = parse_machine_config((FIXTURES / "mco/server_testdata_machine-configs_test-config.yaml").read_bytes())
+    mc = parse_machine_config(
+        (FIXTURES / "mco/server_testdata_machine-configs_test-config.yaml").read_bytes()
+    )
     assert mc.ignition.version == "2.2.0" and not mc.ignition.supported
     assert mc.os_image_url == f"registry.example.com/oscontainer@{DB5}"
     plan = plan_update(

@@ -176,6 +176,45 @@ class RootedFiles:
                 raise HostError(f"refusing to read {path}: a symlink", kind="path") from None
             raise
 
+    def mode_of(self, path: str) -> int | None:
+        """Permission bits of an existing regular file, None when absent."""
+        try:
+            with self._parent(path, create=False) as (dirfd, name):
+                kind = self._existing_kind(dirfd, name)
+        except FileNotFoundError:
+            return None
+        return stat.S_IMODE(kind) if kind is not None and stat.S_ISREG(kind) else None
+
+    def list_dir(self, path: str) -> list[str]:
+        """Names in a directory (symlink-safe), empty when it does not exist."""
+        try:
+            with self._parent(path, create=False) as (dirfd, name):
+                fd = os.open(name, _DIR_FLAGS, dir_fd=dirfd)
+                try:
+                    return sorted(os.listdir(fd))
+                finally:
+                    os.close(fd)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise HostError(
+                    f"refusing {path}: a symlink or not a directory", kind="path"
+                ) from None
+            raise
+
+    def remove_dir(self, path: str) -> None:
+        """Remove an allowlisted directory and the regular files in it."""
+        self._check_allowed(path)
+        for name in self.list_dir(path):
+            self.delete(f"{path}/{name}")
+        try:
+            with self._parent(path, create=False) as (dirfd, name):
+                os.rmdir(name, dir_fd=dirfd)
+                os.fsync(dirfd)
+        except FileNotFoundError:
+            return
+
     def set_password_hash(self, user: str, password_hash: str) -> None:
         """Replace the hash field of `user` in /etc/shadow, as `usermod -p` does."""
         if ":" in password_hash or "\n" in password_hash:

@@ -1,0 +1,1 @@
+"""Cluster mode: the machine-config-controller drives the agent through Node annotations."""

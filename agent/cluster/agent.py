@@ -1,0 +1,327 @@
+"""Cluster mode: the Node's annotations in, the engine in the middle, annotations and Events
+out. Every wait is driven by a watch (the Node, the rendered MachineConfig, ControllerConfig,
+MachineConfiguration); API faults only delay the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
+
+from agent.cluster import annotations as A
+from agent.cluster.certs import certificates, write_certificates
+from agent.cluster.drain import Drainer, DrainHandshake, DrainTimeout, SelfDrain
+from agent.cluster.events import EventRecorder
+from agent.cluster.kube import (
+    CONTROLLERCONFIGS,
+    MACHINECONFIGS,
+    MACHINECONFIGURATIONS,
+    TRANSIENT,
+    Kube,
+    KubeError,
+    node_path,
+)
+from agent.cluster.watch import ObjectWatch
+from agent.desired import Desired
+from agent.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
+from agent.errors import HostError, InputError
+from agent.host.ports import Host
+from agent.model.imageref import parse_image_ref
+from agent.model.machineconfig import machine_config_from_object
+from agent.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
+
+NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
+_RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
+
+
+@dataclass
+class ClusterOptions:
+    node_name: str
+    drain: str = "controller"  # "controller" (the MCO drain controller) or "self"
+    drain_timeout: float = 3600.0
+    uncordon_timeout: float = 600.0
+    dry_run: bool = False
+    max_boot_attempts: int = 1
+
+
+class ClusterAgent:
+    def __init__(self, api: Kube, node_api: Kube, host: Host, allowlist: Allowlist,
+                 options: ClusterOptions) -> None:  # fmt: skip
+        self.api, self.node_api, self.host = api, node_api, host
+        self.allowlist, self.options = allowlist, options
+        self.name = options.node_name
+        self.wakeup = asyncio.Event()
+        self.node = ObjectWatch(node_api, "/api/v1/nodes", self.name, on_change=self.wakeup.set)
+        self.controller_config = ObjectWatch(api, CONTROLLERCONFIGS, "machine-config-controller",
+                                             on_change=self.wakeup.set)  # fmt: skip
+        self.configuration = ObjectWatch(api, MACHINECONFIGURATIONS, "cluster",
+                                         on_change=self.wakeup.set)  # fmt: skip
+        self.rendered: ObjectWatch | None = None
+        self.events = EventRecorder(node_api, self.name)
+        self.drainer: Drainer = (
+            SelfDrain(
+                api,
+                self.node,
+                self.patch_node,
+                self._report_progress,
+                self.name,
+                deadline=options.drain_timeout,
+            )
+            if options.drain == "self"
+            else DrainHandshake(
+                self.node, self.patch_node, options.drain_timeout, options.uncordon_timeout
+            )
+        )
+        self.engine = Engine(host, policy=allowlist.policy,
+                             max_boot_attempts=options.max_boot_attempts,
+                             hooks=Hooks(before_disruption=self._before_reboot))  # fmt: skip
+        self._tasks: list[asyncio.Task[None]] = []
+        self.log = structlog.get_logger("cluster").bind(node=self.name)
+
+    # -- writing the Node --------------------------------------------------------------------
+    async def patch_node(self, body: dict[str, Any]) -> None:
+        """A merge patch of the own Node, retried on conflicts and transient faults."""
+        if self.options.dry_run:
+            self.log.info("dry run: would patch node", patch=body)
+            return
+
+        def retryable(exc: BaseException) -> bool:
+            return isinstance(exc, TRANSIENT) or (
+                isinstance(exc, KubeError) and (exc.conflict or exc.status >= 500)
+            )
+
+        async for attempt in AsyncRetrying(retry=retry_if_exception(retryable),
+                                           wait=wait_random(0.01, 0.2),
+                                           stop=stop_after_attempt(8), reraise=True):  # fmt: skip
+            with attempt:
+                await self.node_api.patch(node_path(self.name), body)
+
+    async def _set_state(self, state: str, reason: str = "", **extra: str | None) -> None:
+        node = A.NodeView.of(self.node.obj or {})
+        values: dict[str, str | None] = {A.STATE: state, A.REASON: A.truncate(reason), **extra}
+        if all(node.annotations.get(k, None) == v for k, v in values.items()):
+            return  # already says so: no write
+        await self.patch_node(A.annotations_patch(values))
+
+    async def _report_progress(self, reason: str) -> None:
+        await self._set_state("Working", reason)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Until cancelled; returns 3 when a simulated reboot ends the process."""
+        for watch in (self.node, self.controller_config, self.configuration):
+            self._tasks.append(asyncio.create_task(watch.run()))
+        try:
+            # Policy and certificates must be known before the first decision.
+            for watch in (self.node, self.controller_config, self.configuration):
+                await watch.synced.wait()
+            failures = 0
+            while True:
+                self.wakeup.clear()
+                try:
+                    outcome = await self.sync()
+                    failures = 0
+                except (KubeError, *TRANSIENT) as exc:
+                    self.log.warning("sync failed; retrying", error=str(exc))
+                    outcome = Outcome(DEGRADED, str(exc), retryable=True)
+                if outcome is not None and outcome.state == REBOOTING:
+                    return 3
+                timeout = None
+                if outcome is not None and outcome.retryable:
+                    timeout = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
+                    failures += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wakeup.wait(), timeout)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- one pass ----------------------------------------------------------------------------
+    async def sync(self) -> Outcome | None:
+        if self.node.obj is None:
+            self.log.warning("own Node not found; waiting for it")
+            return None
+        node = A.NodeView.of(self.node.obj)
+        self.events.node_uid = node.uid
+        if node.get(A.CURRENT_CONFIG) is None and await self._seed_first_boot():
+            return None  # the watch brings the seeded annotations back
+        self._refresh_policy()
+        await self._sync_certificates(node)
+        desired_name = node.desired_config
+        if not desired_name:
+            return None
+        rendered = await self._rendered(desired_name)
+        if rendered is None:
+            reason = f"machineconfig {desired_name} not found; waiting for it to be rendered"
+            await self._set_state("Degraded", reason)
+            return Outcome(DEGRADED, reason)  # the rendered-config watch wakes us
+        try:
+            desired = self._desired(node, rendered)
+        except InputError as exc:
+            reason = f"cannot use machineconfig {desired_name}: {exc}"
+            await self._set_state("Degraded", reason)
+            return Outcome(DEGRADED, reason)
+        await self._adopt_current(node, desired_name)
+        journal = self.engine.journal.load()
+        settled = node.is_done() and journal.update_key == desired.key
+        if settled and str(journal.phase) == "idle":
+            return None
+        if self.options.dry_run:
+            outcome = await self.engine.reconcile(desired, dry_run=True)
+            self.log.info("dry run", plan=outcome.plan.to_json() if outcome.plan else None)
+            return None
+        stuck = journal.update_key == desired.key and str(journal.phase) in (
+            "degraded",
+            "unreconcilable",
+        )
+        if not node.is_done() and not stuck:
+            await self._set_state("Working", "", **{A.POST_CONFIG_ACTION: node.get(
+                A.POST_CONFIG_ACTION)})  # fmt: skip
+        try:
+            outcome = await self.engine.reconcile(desired)
+        except DrainTimeout as exc:
+            await self._set_state("Degraded", str(exc))
+            await self.events.emit("FailedToDrain", str(exc), warning=True)
+            return Outcome(DEGRADED, str(exc), retryable=True)
+        except HostError as exc:
+            reason = f"host error ({exc.kind}): {exc}"
+            await self._set_state("Degraded", reason)
+            return Outcome(DEGRADED, reason, retryable=True)
+        await self._report(node, desired, outcome)
+        return outcome
+
+    def _desired(self, node: A.NodeView, rendered: dict[str, Any]) -> Desired:
+        config = machine_config_from_object(rendered)
+        image_text = node.get(A.DESIRED_IMAGE) or config.os_image_url
+        target = None
+        if image_text:
+            try:
+                target = parse_image_ref(image_text)
+            except InputError as exc:
+                raise InputError(exc.message, field="desiredImage/osImageURL") from None
+        document = json.dumps(rendered, sort_keys=True).encode()
+        return Desired(config, document, target)
+
+    async def _report(self, node: A.NodeView, desired: Desired, outcome: Outcome) -> None:
+        name = desired.config.name
+        match outcome.state:
+            case "Done":
+                fresh = A.NodeView.of(self.node.obj or {})
+                if self.drainer.drained(fresh) and not fresh.single_replica:
+                    await self.drainer.uncordon(outcome.current_config or name)
+                if outcome.plan is not None and outcome.plan.verdict == "live":
+                    await self.events.emit("SkipReboot", f"Config changes to {name} applied "
+                                           "live; no reboot or drain needed")  # fmt: skip
+                image = node.get(A.DESIRED_IMAGE)
+                patch = A.done_patch(outcome.current_config or name, image)
+                fresh = A.NodeView.of(self.node.obj or {})
+                wanted = patch["metadata"]["annotations"].items()
+                await self.events.emit("NodeDone", f"Setting node {self.name}, currentConfig "
+                                       f"{outcome.current_config or name} to Done")  # fmt: skip
+                if any(fresh.annotations.get(k) != v for k, v in wanted):
+                    await self.patch_node(patch)
+            case "Unreconcilable":
+                await self.events.emit("FailedToReconcile", outcome.reason, warning=True)
+                await self._set_state(UNRECONCILABLE, outcome.reason)
+            case "Degraded":
+                fresh = A.NodeView.of(self.node.obj or {})
+                if self.drainer.drained(fresh) and not outcome.retryable:
+                    # Rolled back or fell back: the node runs its last good config again.
+                    await self.drainer.uncordon(fresh.get(A.CURRENT_CONFIG) or name)
+                await self.events.emit("FailedToReconcile", outcome.reason, warning=True)
+                await self._set_state(DEGRADED, outcome.reason, **{A.POST_CONFIG_ACTION: None})
+            case _:
+                pass  # Rebooting: annotated before the reboot
+
+    async def _before_reboot(self, desired: Desired) -> None:
+        """After staging, before the reboot: drain, then say we reboot."""
+        node = A.NodeView.of(self.node.obj or {})
+        target = desired.target
+        await self.events.emit("OSUpdateStaged", f"Changes to OS staged: {target}")
+        if not node.single_replica:
+            await self.events.emit("Drain", f"Draining node to update config {desired.config.name}")
+            await self.drainer.drain(desired.config.name)
+        await self.patch_node(A.annotations_patch({A.POST_CONFIG_ACTION: A.REBOOTING}))
+        await self.events.emit("Reboot", f"Node will reboot into config {desired.config.name}")
+
+    # -- inputs --------------------------------------------------------------------------------
+    async def _rendered(self, name: str) -> dict[str, Any] | None:
+        if self.rendered is None or self.rendered.name != name:
+            if self.rendered is not None:
+                self._tasks.remove(self._rendered_task)
+                self._rendered_task.cancel()
+            self.rendered = ObjectWatch(self.api, MACHINECONFIGS, name, on_change=self.wakeup.set)
+            self._rendered_task = asyncio.create_task(self.rendered.run())
+            self._tasks.append(self._rendered_task)
+        await self.rendered.synced.wait()
+        return self.rendered.obj
+
+    async def _adopt_current(self, node: A.NodeView, desired_name: str) -> None:
+        """With no config recorded on the host yet, the Node's currentConfig is the baseline
+        (the MCD's on-disk config starts the same way); refusals need a real baseline."""
+        current_name = node.get(A.CURRENT_CONFIG)
+        if not current_name or current_name == desired_name:
+            return
+        if self.engine.current_config() is not None or self.options.dry_run:
+            return
+        try:
+            current = await self.api.get(f"{MACHINECONFIGS}/{current_name}")
+        except KubeError as exc:
+            if exc.not_found:
+                self.log.warning("current config not found; first start plans from none",
+                                 config=current_name)  # fmt: skip
+                return
+            raise
+        self.engine.adopt_current(json.dumps(current, sort_keys=True).encode())
+
+    def _refresh_policy(self) -> None:
+        policy = BUILTIN_POLICY
+        if self.configuration.obj is not None:
+            try:
+                extra = policy_from_machine_configuration(self.configuration.obj)
+            except InputError as exc:
+                self.log.warning("ignoring MachineConfiguration/cluster", error=str(exc))
+                extra = None
+            if extra is not None:
+                policy = BUILTIN_POLICY.extended(extra)
+        self.allowlist.policy = policy
+        self.engine.policy = policy
+
+    async def _sync_certificates(self, node: A.NodeView) -> None:
+        cc = self.controller_config.obj
+        if cc is None:
+            return
+        version = (cc.get("metadata") or {}).get("resourceVersion", "")
+        if node.get(A.LAST_SYNCED_CC) == version or self.options.dry_run:
+            return
+        try:
+            certs = certificates(cc)
+        except InputError as exc:
+            await self._set_state("Degraded", f"controllerconfig machine-config-controller: {exc}")
+            return
+        changed = await asyncio.to_thread(write_certificates, self.host.files, certs)
+        self.log.info("certificates synced", changed=changed, resource_version=version)
+        await self.patch_node(A.annotations_patch({A.LAST_SYNCED_CC: version}))
+
+    async def _seed_first_boot(self) -> bool:
+        """A Node with no currentConfig gets the annotations the machine-config-server left on
+        the host (the controller ignores a Node without them)."""
+        data = await asyncio.to_thread(self.host.files.read, NODE_ANNOTATIONS_FILE)
+        if data is None:
+            self.log.warning("no currentConfig on the Node and no " + NODE_ANNOTATIONS_FILE)
+            return False
+        try:
+            seeded = json.loads(data)
+        except ValueError as exc:
+            self.log.warning("unreadable " + NODE_ANNOTATIONS_FILE, error=str(exc))
+            return False
+        values = {k: str(v) for k, v in seeded.items() if k.startswith(A.PREFIX)}
+        await self.patch_node(A.annotations_patch(values))
+        self.log.info("seeded node annotations", keys=sorted(values))
+        return True

@@ -1,0 +1,114 @@
+"""One object kept current by list + watch: resume from the last resourceVersion, bookmarks,
+relist on 410 Gone or an ERROR event, reconnect with exponential backoff and jitter, never give
+up. Waiters are woken by the watch, never by polling."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+
+from agent.cluster.kube import TRANSIENT, Kube, KubeError
+
+
+class _Relist(Exception):
+    """The watch cannot resume (410 Gone, or an ERROR event): list again."""
+
+
+class ObjectWatch:
+    def __init__(
+        self,
+        kube: Kube,
+        collection: str,
+        name: str,
+        *,
+        on_change: Callable[[], None] | None = None,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.kube = kube
+        self._on_change = on_change
+        self.collection = collection  # e.g. /api/v1/nodes
+        self.name = name
+        self.obj: dict[str, Any] | None = None
+        self.missing = False  # listed, and the object does not exist
+        self.synced = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self._rv: str | None = None
+        self._max_backoff = max_backoff
+        self.log = structlog.get_logger("watch").bind(collection=collection, name=name)
+
+    async def _set(self, obj: dict[str, Any] | None) -> None:
+        async with self._changed:
+            self.obj, self.missing = obj, obj is None
+            self.synced.set()
+            self._changed.notify_all()
+        if self._on_change is not None:
+            self._on_change()
+
+    async def _list(self) -> None:
+        listing = await self.kube.get(self.collection, fieldSelector=f"metadata.name={self.name}")
+        self._rv = listing.get("metadata", {}).get("resourceVersion")
+        items = listing.get("items") or []
+        await self._set(items[0] if items else None)
+
+    async def _watch(self) -> None:
+        query = [("fieldSelector", f"metadata.name={self.name}")]
+        if self._rv:
+            query.append(("resourceVersion", self._rv))
+        try:
+            async for event in self.kube.watch(self.collection, query):
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise _Relist(f"ERROR event: {obj.get('code')} {obj.get('message', '')}")
+                self._rv = obj.get("metadata", {}).get("resourceVersion") or self._rv
+                if kind in ("ADDED", "MODIFIED"):
+                    await self._set(obj)
+                elif kind == "DELETED":
+                    await self._set(None)
+        except KubeError as exc:
+            if exc.status == 410:
+                raise _Relist("410 Gone") from None
+            raise
+
+    async def _session(self) -> None:
+        """List once, then watch (resuming) until the watch can no longer resume."""
+        await self._list()
+        while True:
+            try:
+                await self._watch()  # the server ended the stream: resume from the last RV
+            except _Relist as why:
+                self.log.info("relisting", why=str(why))
+                self._rv = None
+                await self._list()
+
+    async def run(self) -> None:
+        """Forever; API faults only delay it."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((*TRANSIENT, KubeError)),
+            wait=wait_exponential_jitter(initial=0.1, max=self._max_backoff),
+            before_sleep=lambda state: self.log.warning(
+                "watch failed; retrying",
+                error=str(state.outcome.exception()),
+                attempt=state.attempt_number,
+            ),
+            reraise=True,
+        )
+        while True:
+            async for attempt in retrying:
+                with attempt:
+                    await self._session()
+
+    async def wait_for(
+        self, predicate: Callable[[dict[str, Any] | None], bool], timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        """The object once `predicate` holds for it; TimeoutError after `timeout`."""
+        await self.synced.wait()
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: predicate(self.obj))
+            return self.obj
+
+    async def next_change(self, seen: dict[str, Any] | None) -> dict[str, Any] | None:
+        return await self.wait_for(lambda obj: obj is not seen)

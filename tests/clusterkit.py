@@ -1,0 +1,127 @@
+"""A loopback cluster plus a simulated host, and the real agent process between them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.host.simulated import SimulatedHost
+from tests.builders import machine_config
+from tests.fakekube import FakeKube
+from tests.simhost import CHECK, IMAGE
+
+P = "machineconfiguration.openshift.io/"
+SA_RULES = [
+    (verb, group, resource)
+    for verb in ("get", "list", "watch")
+    for group, resource in (
+        ("machineconfiguration.openshift.io", "machineconfigs"),
+        ("machineconfiguration.openshift.io", "controllerconfigs"),
+        ("operator.openshift.io", "machineconfigurations"),
+        ("", "pods"),
+    )
+] + [("create", "", "pods/eviction")]
+
+
+@dataclass
+class Cluster:
+    kube: FakeKube
+    base: Path
+    sim: SimulatedHost
+    node: str = "worker-0"
+    images: dict[str, str] = field(default_factory=dict)
+    procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+
+    @classmethod
+    async def create(cls, base: Path, *, annotations: dict[str, str] | None = None) -> Cluster:
+        kube = FakeKube(bookmark_interval=0.5)
+        await kube.start()
+        sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
+        check = sim.root / "etc/image-mode-agent/check/required.d/50-app"
+        check.parent.mkdir(parents=True)
+        check.write_text(CHECK)
+        check.chmod(0o755)
+        cluster = cls(kube, base, sim)
+        digest = sim.status_document()["status"]["booted"]["image"]["imageDigest"]
+        cluster.images["v1"] = f"{IMAGE}@{digest}"
+        cluster.images["v2"] = sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"})
+        cluster.images["bad"] = sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"})
+        cluster.images["missing"] = f"{IMAGE}@sha256:" + "9" * 64
+        cluster.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"])
+        if annotations is None:
+            annotations = {
+                P + "currentConfig": "rendered-worker-1",
+                P + "desiredConfig": "rendered-worker-1",
+                P + "state": "Done",
+            }
+        kube.put({"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": cluster.node, "annotations": annotations},
+                  "spec": {}})  # fmt: skip
+        node_id = kube.node_identity(cluster.node)
+        sa = kube.service_account("openshift-machine-config-operator", "machine-config-daemon",
+                                  SA_RULES)  # fmt: skip
+        kube.write_kubeconfig(base / "node.kubeconfig", node_id)
+        kube.write_kubeconfig(base / "sa.kubeconfig", sa)
+        return cluster
+
+    def add_config(self, name: str, image: str, **kwargs: Any) -> None:
+        doc = machine_config(name=name, image=self.images.get(image, image), **kwargs)
+        self.kube.put(doc)
+
+    def annotations(self) -> dict[str, str]:
+        return self.kube.get("Node", self.node)["metadata"].get("annotations") or {}
+
+    def set_desired(self, name: str, **extra: str | None) -> None:
+        self.kube.patch_annotations("Node", self.node, {P + "desiredConfig": name, **extra})
+
+    async def start_agent(self, *extra: str) -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source", "kube",
+            "--host", f"simulated:{self.sim.base}",
+            "--kubeconfig", str(self.base / "sa.kubeconfig"),
+            "--node-kubeconfig", str(self.base / "node.kubeconfig"), "--node-name", self.node,
+            *extra,
+        )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    async def wait_annotations(self, predicate, timeout: float = 20.0) -> dict[str, str]:
+        node = await self.kube.wait_for(
+            "Node", self.node,
+            lambda n: n is not None and predicate(n["metadata"].get("annotations") or {}),
+            timeout=timeout,
+        )  # fmt: skip
+        return node["metadata"]["annotations"]
+
+    async def wait_done(self, config: str, timeout: float = 20.0) -> dict[str, str]:
+        return await self.wait_annotations(
+            lambda a: a.get(P + "currentConfig") == config and a.get(P + "state") == "Done",
+            timeout,
+        )
+
+    def reboots(self) -> int:
+        return sum(1 for a in self.sim.actions() if a["kind"] == "reboot")
+
+    def booted(self) -> str:
+        return self.sim.status_document()["status"]["booted"]["image"]["imageDigest"]
+
+    def node_writes(self) -> int:
+        return self.kube.count_requests(verb="patch", resource="nodes")
+
+    async def close(self) -> None:
+        for proc in self.procs:
+            if proc.returncode is None:
+                proc.terminate()
+                try:
+                    await asyncio.wait_for(proc.wait(), 10)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+        await self.kube.stop()
+
+    def status(self) -> dict[str, Any]:
+        return json.loads((self.sim.root / "var/lib/image-mode-agent/status.json").read_text())

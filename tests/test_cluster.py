@@ -1,0 +1,345 @@
+"""The real agent process against the loopback API server, with a simulated host."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.builders import ign_file
+from tests.clusterkit import Cluster, P
+from tests.fixtures_paths import CONTROLLER_CONFIG
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path):
+    c = await Cluster.create(tmp_path)
+    yield c
+    await c.close()
+
+
+async def exits(proc: asyncio.subprocess.Process, timeout: float = 30.0) -> int:
+    return await asyncio.wait_for(proc.wait(), timeout)
+
+
+def drain_values(cluster: Cluster) -> list[str]:
+    """Every value `desiredDrain` took, in order, as the API server saw the writes."""
+    return cluster.seen.setdefault("desiredDrain", [])
+
+
+def track(cluster: Cluster) -> None:
+    def hook(change) -> None:
+        if change.rt.plural != "nodes" or change.obj is None:
+            return
+        new = (change.obj["metadata"].get("annotations") or {}).get(P + "desiredDrain")
+        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(
+            P + "desiredDrain"
+        )
+        if new != old and new:
+            drain_values(cluster).append(new)
+
+    cluster.seen = {}
+    cluster.kube.add_hook(hook)
+
+
+async def test_ssh_key_rotation_is_live(cluster: Cluster) -> None:
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    writes_before = cluster.node_writes()
+    events_before = cluster.kube.count_requests(verb="create", resource="events")
+    cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])
+    cluster.set_desired("rendered-worker-2")
+    annotations = await cluster.wait_done("rendered-worker-2")
+    key = (cluster.sim.root / "home/core/.ssh/authorized_keys.d/ignition").read_text()
+    assert key == "ssh-ed25519 AAAA-two\n"
+    assert P + "desiredDrain" not in annotations
+    assert annotations[P + "reason"] == ""
+    assert cluster.reboots() == 0
+    node_writes = cluster.node_writes() - writes_before
+    events = cluster.kube.count_requests(verb="create", resource="events") - events_before
+    assert node_writes == 2  # Working, then the one Done patch
+    assert node_writes + events <= 6
+    assert not cluster.kube.get("Node", cluster.node)["spec"].get("unschedulable")
+
+
+async def test_image_update_through_drain_handshake(cluster: Cluster) -> None:
+    track(cluster)
+    cluster.kube.enable_drain_controller(delay=0.2)
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v2", keys=["ssh-ed25519 AAAA-two"])
+    cluster.set_desired("rendered-worker-2", **{P + "desiredImage": cluster.images["v2"]})
+    assert await exits(cluster.procs[-1]) == 3  # the simulated reboot ends the process
+    annotations = cluster.annotations()
+    assert annotations[P + "post-config-action"] == "Rebooting"
+    assert annotations[P + "lastAppliedDrain"] == "drain-rendered-worker-2"
+    assert annotations[P + "state"] == "Working"
+    await cluster.start_agent()
+    annotations = await cluster.wait_done("rendered-worker-2")
+    assert annotations[P + "currentImage"] == cluster.images["v2"]
+    assert P + "post-config-action" not in annotations
+    assert annotations[P + "lastAppliedDrain"] == "uncordon-rendered-worker-2"
+    assert drain_values(cluster) == ["drain-rendered-worker-2", "uncordon-rendered-worker-2"]
+    assert cluster.booted() == cluster.images["v2"].split("@")[1]
+    assert cluster.reboots() == 1
+    assert not cluster.kube.get("Node", cluster.node)["spec"].get("unschedulable")
+    reasons = {e["reason"] for e in cluster.kube.list("events", "default")}
+    assert {"OSUpdateStaged", "Drain", "Reboot", "NodeDone"} <= reasons
+
+
+async def test_bad_image_rolled_back_and_degraded(cluster: Cluster) -> None:
+    cluster.kube.enable_drain_controller()
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "bad")
+    cluster.set_desired("rendered-worker-2", **{P + "desiredImage": cluster.images["bad"]})
+    assert await exits(cluster.procs[-1]) == 3  # into the bad image
+    await cluster.start_agent()
+    assert await exits(cluster.procs[-1]) == 3  # its check fails: rollback
+    await cluster.start_agent()
+    annotations = await cluster.wait_annotations(lambda a: a.get(P + "state") == "Degraded")
+    reason = annotations[P + "reason"]
+    assert "rolled back to" in reason and "required health check failed" in reason
+    assert "app unhealthy (no)" in reason
+    assert annotations[P + "currentConfig"] == "rendered-worker-1"
+    assert cluster.booted() == cluster.images["v1"].split("@")[1]
+    assert cluster.reboots() == 2
+    # Back on its last good config, the node is given back (the MCD would leave it cordoned).
+    await cluster.wait_annotations(
+        lambda a: a.get(P + "lastAppliedDrain") == "uncordon-rendered-worker-1"
+    )
+    events = {e["reason"] for e in cluster.kube.list("events", "default")}
+    assert "FailedToReconcile" in events
+
+
+async def test_api_server_restarted_mid_update(cluster: Cluster) -> None:
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])
+    await cluster.kube.stop()
+    cluster.set_desired("rendered-worker-2")  # changes while the server is down
+    await asyncio.sleep(1.0)
+    await cluster.kube.start()
+    await cluster.wait_done("rendered-worker-2", timeout=40)
+    assert cluster.procs[-1].returncode is None  # never exits on API faults
+
+
+async def test_watch_expiry_relists(cluster: Cluster) -> None:
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    await cluster.kube.wait_for_watches(1, "nodes")
+    cluster.kube.expire_history()
+    assert cluster.kube.inject_watch_error(410, resource="nodes") >= 1
+    cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])
+    cluster.set_desired("rendered-worker-2")
+    await cluster.wait_done("rendered-worker-2")
+    await cluster.kube.wait_for_watches(1, "nodes")
+    assert cluster.kube.inject_watch_error(504, resource="nodes") >= 1
+    cluster.add_config("rendered-worker-3", "v1", keys=["ssh-ed25519 AAAA-three"])
+    cluster.set_desired("rendered-worker-3")
+    await cluster.wait_done("rendered-worker-3")
+
+
+async def test_missing_rendered_config_heals(cluster: Cluster) -> None:
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.set_desired("rendered-worker-9")
+    annotations = await cluster.wait_annotations(
+        lambda a: "rendered-worker-9 not found" in a.get(P + "reason", "")
+    )
+    assert annotations[P + "state"] == "Degraded"
+    cluster.add_config("rendered-worker-9", "v1", keys=["ssh-ed25519 AAAA-nine"])
+    await cluster.wait_done("rendered-worker-9")
+
+
+async def test_killed_during_drain_wait_no_second_drain(cluster: Cluster) -> None:
+    track(cluster)
+    proc = await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v2")
+    cluster.set_desired("rendered-worker-2")
+    await cluster.wait_annotations(lambda a: a.get(P + "desiredDrain") == "drain-rendered-worker-2")
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    proc = await cluster.start_agent()
+    await asyncio.sleep(1.5)  # it waits on the standing request, and writes no second one
+    cluster.kube.enable_drain_controller()
+    assert await exits(proc) == 3
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-2")
+    assert drain_values(cluster) == ["drain-rendered-worker-2", "uncordon-rendered-worker-2"]
+    assert cluster.reboots() == 1
+
+
+async def test_single_replica_never_drains(tmp_path: Path) -> None:
+    cluster = await Cluster.create(tmp_path, annotations={
+        P + "currentConfig": "rendered-worker-1", P + "desiredConfig": "rendered-worker-1",
+        P + "state": "Done", P + "controlPlaneTopology": "SingleReplica",
+    })  # fmt: skip
+    try:
+        await cluster.start_agent()
+        await cluster.wait_done("rendered-worker-1")
+        cluster.add_config("rendered-worker-2", "v2")
+        cluster.set_desired("rendered-worker-2")
+        assert await exits(cluster.procs[-1]) == 3
+        await cluster.start_agent()
+        annotations = await cluster.wait_done("rendered-worker-2")
+        assert P + "desiredDrain" not in annotations
+        assert cluster.reboots() == 1
+    finally:
+        await cluster.close()
+
+
+def _pod(name: str, labels: dict, **meta) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "apps", "labels": labels, **meta},
+        "spec": {"nodeName": "worker-0", "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+
+
+async def test_self_drain_blocked_by_pdb_then_unblocked(cluster: Cluster) -> None:
+    kube = cluster.kube
+    kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+    kube.put(_pod("db-0", {"app": "db"}))
+    kube.put(_pod("agent-x", {"app": "ds"}, ownerReferences=[
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "1"}]))  # fmt: skip
+    kube.put(_pod("static-x", {"app": "static"},
+                  annotations={"kubernetes.io/config.mirror": "abc"}))  # fmt: skip
+    kube.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": {"name": "db", "namespace": "apps"},
+              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})  # fmt: skip
+    await cluster.start_agent("--drain", "self")
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v2")
+    cluster.set_desired("rendered-worker-2")
+    annotations = await cluster.wait_annotations(lambda a: "apps/db-0" in a.get(P + "reason", ""))
+    assert "PodDisruptionBudget" in annotations[P + "reason"]
+    assert kube.get("Node", cluster.node)["spec"]["unschedulable"] is True
+    assert cluster.reboots() == 0
+    kube.delete("poddisruptionbudgets", "db", "apps")
+    assert await exits(cluster.procs[-1]) == 3
+    assert kube.try_get("pods", "db-0", "apps") is None
+    assert kube.try_get("pods", "agent-x", "apps") is not None  # DaemonSet pods stay
+    assert kube.try_get("pods", "static-x", "apps") is not None  # mirror pods stay
+    await cluster.start_agent("--drain", "self")
+    await cluster.wait_done("rendered-worker-2")
+    assert not kube.get("Node", cluster.node)["spec"].get("unschedulable")
+
+
+async def test_self_drain_keeps_an_admin_cordon(cluster: Cluster) -> None:
+    cluster.kube.mutate("Node", cluster.node, lambda n: n["spec"].update(unschedulable=True))
+    await cluster.start_agent("--drain", "self")
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v2")
+    cluster.set_desired("rendered-worker-2")
+    assert await exits(cluster.procs[-1]) == 3
+    await cluster.start_agent("--drain", "self")
+    await cluster.wait_done("rendered-worker-2")
+    node = cluster.kube.get("Node", cluster.node)
+    assert node["spec"]["unschedulable"] is True
+    assert "image-mode-agent.openshift.io/admin-cordoned" not in node["metadata"]["annotations"]
+
+
+async def test_live_update_does_not_uncordon_an_admin_cordon(cluster: Cluster) -> None:
+    cluster.kube.mutate("Node", cluster.node, lambda n: n["spec"].update(unschedulable=True))
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])
+    cluster.set_desired("rendered-worker-2")
+    await cluster.wait_done("rendered-worker-2")
+    assert cluster.kube.get("Node", cluster.node)["spec"]["unschedulable"] is True
+
+
+async def test_certificates_written_live_and_skipped_when_unchanged(cluster: Cluster) -> None:
+    import yaml
+
+    cc = yaml.safe_load(CONTROLLER_CONFIG.read_text())
+    cc["spec"]["imageRegistryBundleData"] = [
+        {"file": "registry.example..5000", "data": base64.b64encode(b"REGISTRY CA\n").decode()}
+    ]
+    stale = cluster.sim.root / "etc/docker/certs.d/old.example"
+    stale.mkdir(parents=True)
+    (stale / "ca.crt").write_text("old")
+    cluster.kube.put(cc)
+    await cluster.start_agent()
+    version = cluster.kube.get("controllerconfigs", "machine-config-controller")["metadata"][
+        "resourceVersion"
+    ]
+    await cluster.wait_annotations(
+        lambda a: a.get(P + "lastSyncedControllerConfigResourceVersion") == version
+    )
+    root = cluster.sim.root
+    assert (root / "etc/kubernetes/kubelet-ca.crt").read_text().startswith("-----BEGIN CERT")
+    assert (root / "etc/docker/certs.d/registry.example:5000/ca.crt").read_text() == "REGISTRY CA\n"
+    assert not stale.exists()
+    assert cluster.reboots() == 0
+
+
+async def test_node_disruption_policy_extends_the_live_set(cluster: Cluster) -> None:
+    reload = {"type": "Reload", "reload": {"serviceName": "crio.service"}}
+    policies = {"files": [{"path": "/etc/containers/policy.json", "actions": [reload]}]}
+    cluster.kube.put({
+        "apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"},
+        "status": {"observedGeneration": 1,
+                   "nodeDisruptionPolicyStatus": {"clusterPolicies": policies}},
+    })  # fmt: skip
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    policy = ign_file("/etc/containers/policy.json", '{"default":[]}')
+    cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-one"], files=[policy])
+    cluster.set_desired("rendered-worker-2")
+    await cluster.wait_done("rendered-worker-2")
+    assert (cluster.sim.root / "etc/containers/policy.json").read_text() == '{"default":[]}'
+    assert {"kind": "unit", "detail": "reload crio.service"}.items() <= cluster.sim.actions()[
+        -1
+    ].items()
+    assert cluster.reboots() == 0
+
+
+async def test_refused_change_is_unreconcilable(cluster: Cluster) -> None:
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v1", fips=True)
+    cluster.set_desired("rendered-worker-2")
+    annotations = await cluster.wait_annotations(lambda a: a.get(P + "state") == "Unreconcilable")
+    assert annotations[P + "reason"].startswith(
+        "can't reconcile config rendered-worker-1 with rendered-worker-2: "
+    )
+    assert "FIPS" in annotations[P + "reason"]
+
+
+async def test_first_boot_seeds_annotations(tmp_path: Path) -> None:
+    cluster = await Cluster.create(tmp_path, annotations={})
+    try:
+        seed = cluster.sim.root / "etc/machine-config-daemon/node-annotations.json"
+        seed.parent.mkdir(parents=True)
+        seed.write_text(json.dumps({
+            P + "currentConfig": "rendered-worker-1", P + "desiredConfig": "rendered-worker-1",
+            P + "state": "Done",
+        }))  # fmt: skip
+        await cluster.start_agent()
+        annotations = await cluster.wait_done("rendered-worker-1")
+        assert annotations[P + "desiredConfig"] == "rendered-worker-1"
+    finally:
+        await cluster.close()
+
+
+async def test_dry_run_writes_nothing(cluster: Cluster) -> None:
+    await cluster.start_agent("--dry-run")
+    await asyncio.sleep(1.0)
+    cluster.add_config("rendered-worker-2", "v2")
+    cluster.set_desired("rendered-worker-2")
+    await asyncio.sleep(1.5)
+    assert cluster.node_writes() == 0
+    assert cluster.reboots() == 0
+    assert cluster.procs[-1].returncode is None

@@ -88,7 +88,7 @@ class UnitRunner(Protocol):
         env: Mapping[str, str] | None = None,
         properties: Mapping[str, Variant] | None = None,
         description: str = "",
-    ) -> None: ...
+    ) -> str: ...
 
     async def unit_state(self, name: str) -> UnitState: ...
 
@@ -160,7 +160,7 @@ class ProcessUnitRunner:
         env: Mapping[str, str] | None = None,
         properties: Mapping[str, Variant] | None = None,
         description: str = "",
-    ) -> None:
+    ) -> str:
         if (await self.unit_state(name)).load_state == "loaded":
             raise HostError(f"unit {name} already exists", kind="exists")
         proc = await asyncio.create_subprocess_exec(
@@ -173,6 +173,7 @@ class ProcessUnitRunner:
             start_new_session=True,  # its own group, so stop_unit can end all of it
         )
         self._procs[name] = (proc, description)
+        return "done"
 
     async def unit_state(self, name: str) -> UnitState:
         entry = self._procs.get(name)
@@ -325,9 +326,9 @@ class Systemd:
                     bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
                     "org.freedesktop.DBus", "AddMatch", "s", [rule],
                 )  # fmt: skip
-            self._bus = bus
             # systemd only emits unit and job signals to clients that subscribed.
-            await self._call(SYSTEMD, SYSTEMD_PATH, MANAGER, "Subscribe")
+            await self._raw_call(bus, SYSTEMD, SYSTEMD_PATH, MANAGER, "Subscribe")
+            self._bus = bus
             return bus
 
     async def close(self) -> None:
@@ -447,7 +448,7 @@ class Systemd:
         timer would still fire `bootc upgrade --apply`."""
         await self._manager("MaskUnitFiles", "asbb", [unit_name(name)], False, True)
         await self.daemon_reload()
-        if stop and (await self.unit_state(name)).active_state != "inactive":
+        if stop and (await self.unit_state(name)).active_state in ("active", "activating"):
             await self.stop_unit(name)
 
     async def unmask_unit(self, name: str) -> None:
@@ -515,9 +516,9 @@ class Systemd:
         env: Mapping[str, str] | None = None,
         properties: Mapping[str, Variant] | None = None,
         description: str = "",
-    ) -> None:
-        """Start `argv` as transient service `name` and wait until it is running. Type=exec so
-        a failed exec is a failed start; RemainAfterExit so the result stays readable after the
+    ) -> str:
+        """Start `argv` as transient service `name`; returns the start job's result. Type=exec:
+        the job ends once the command runs; RemainAfterExit: the result stays readable after the
         process ends (an adopting agent reads it), until `clear_unit`. Mode "fail": a second
         start of a unit that exists is an error, never a second process."""
         exe = argv[0] if argv[0].startswith("/") else shutil.which(argv[0])
@@ -549,8 +550,9 @@ class Systemd:
                 result = await asyncio.wait_for(waiter, self.job_timeout)
             finally:
                 self._job_waiters.pop(job, None)
-        if result != "done":
-            raise HostError(f"starting {name}: job {result}", kind="systemd")
+        # "failed" is no error here: a command that exits non-zero at once can fail the start
+        # job (Type=exec races its exit); the unit keeps the result for wait_unit_finished.
+        return result
 
     async def clear_unit(self, name: str) -> None:
         """Forget a finished transient unit (stop an exited one, reset a failed one) so the

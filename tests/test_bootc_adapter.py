@@ -1,0 +1,365 @@
+"""The bootc adapter against the stand-in bootc (tests/standin/bootc), run as child processes.
+
+The same adapter over a real systemd manager (transient unit, adoption) is in
+test_systemd_adapter.py."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.errors import HostError
+from agent.host import bootc_errors
+from agent.host.bootc import Bootc, BootcTimeouts, progress_from_event
+from agent.host.ports import Progress
+from agent.host.systemd import ProcessUnitRunner
+from agent.model.imageref import ImageRef, parse_image_ref
+
+STANDIN = Path(__file__).parent / "standin" / "bootc"
+NAME = "quay.io/example/os"
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+D3 = "sha256:" + "3" * 64
+
+
+class StandinHost:
+    def __init__(self, state: Path) -> None:
+        self.state = state
+
+    @property
+    def env(self) -> dict[str, str]:
+        # The stand-in is `#!/usr/bin/env python3`: put this interpreter first on PATH, as the
+        # pyenv shim that may come first otherwise costs ~0.1 s per call.
+        path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        return {"STANDIN_BOOTC_STATE": str(self.state), "PATH": path}
+
+    def bootc(self, *args: str) -> str:
+        result = subprocess.run(
+            [str(STANDIN), *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return result.stdout
+
+    def configure(self, **values: object) -> None:
+        path = self.state / "config.json"
+        current = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**current, **values}))
+
+    def calls(self, phase: str = "start") -> list[list[str]]:
+        lines = (self.state / "calls.log").read_text().splitlines()
+        return [e["argv"] for e in map(json.loads, lines) if e["phase"] == phase]
+
+    def log(self) -> list[dict]:
+        return [json.loads(line) for line in (self.state / "calls.log").read_text().splitlines()]
+
+    def verb_calls(self, verb: str) -> list[list[str]]:
+        return [argv for argv in self.calls() if argv and argv[0] == verb and "--help" not in argv]
+
+    def adapter(self, tmp: Path, **kwargs: object) -> Bootc:
+        kwargs.setdefault("env", self.env)
+        return Bootc(
+            bootc=str(STANDIN),
+            run_dir=tmp / "run",
+            progress_poll=0.02,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> StandinHost:
+    state = tmp_path / "state"
+    state.mkdir()
+    h = StandinHost(state)
+    h.bootc("internals", "standin-seed", f"{NAME}@{D1}", "1.0")
+    h.bootc("internals", "standin-add-image", f"{NAME}@{D2}", "2.0", str(300 << 20))
+    return h
+
+
+def ref(digest: str, tag: str = "") -> ImageRef:
+    return parse_image_ref(f"{NAME}{':' + tag if tag else ''}@{digest}")
+
+
+async def test_status_parses_json_v1(host: StandinHost, tmp_path: Path) -> None:
+    status = await host.adapter(tmp_path).status()
+    assert status.booted_digest == D1
+    assert status.staged is None and status.rollback is None
+    assert host.calls()[-1] == ["status", "--format", "json", "--format-version", "1"]
+
+
+async def test_capabilities_probed_once_including_hidden_progress_fd(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    bootc = host.adapter(tmp_path)
+    caps = await bootc.capabilities()
+    assert (caps.download_only, caps.soft_reboot, caps.progress_fd) == (True, True, True)
+    probes = len([c for c in host.calls() if "--help" in c])
+    assert ["switch", "--progress-fd", "3", "--help"] in host.calls()  # hidden: probed by parse
+    await bootc.stage(ref(D2))
+    await bootc.capabilities()
+    assert len([c for c in host.calls() if "--help" in c]) == probes
+
+
+async def test_capabilities_of_bootc_without_switch_download_only(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    host.configure(switch_download_only=False, progress_fd_in_help=True)
+    caps = await host.adapter(tmp_path).capabilities()
+    assert caps.download_only is False and caps.progress_fd is True
+    assert not [c for c in host.calls() if c[:2] == ["switch", "--progress-fd"]]
+
+
+async def test_stage_download_only_with_progress_then_unlock(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    bootc = host.adapter(tmp_path)
+    seen: list[Progress] = []
+    await bootc.stage(ref(D2, tag="v2"), seen.append)
+    (switch,) = host.verb_calls("switch")
+    assert switch == [
+        "switch", "--transport", "registry", "--download-only", "--progress-fd", "3",
+        f"{NAME}@{D2}",
+    ]  # fmt: skip
+    status = await bootc.status()
+    assert status.staged_digest == D2 and status.staged is not None
+    assert status.staged.download_only
+    pulled = [p for p in seen if p.total_bytes]
+    assert pulled[-1].done_bytes == pulled[-1].total_bytes == 300 << 20
+    assert pulled[-1].render() == "Staging image: 300/300 MiB"
+    assert [p.done_bytes for p in pulled] == sorted(p.done_bytes for p in pulled)
+    assert seen[-1].step == "staging 3/4"
+
+    assert await bootc.unlock_staged() is True
+    assert host.verb_calls("upgrade") == [["upgrade", "--from-downloaded"]]
+    status = await bootc.status()
+    assert status.staged is not None and not status.staged.download_only
+    assert await bootc.unlock_staged() is False  # already armed: nothing asked of bootc
+    assert not [c for c in host.calls() if "--apply" in c or "--mutate-in-place" in c]
+
+
+async def test_stage_plain_switch_where_download_only_is_missing(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    host.configure(switch_download_only=False)
+    bootc = host.adapter(tmp_path)
+    await bootc.stage(ref(D2))
+    (switch,) = host.verb_calls("switch")
+    assert "--download-only" not in switch
+    status = await bootc.status()
+    assert status.staged is not None and not status.staged.download_only
+    assert await bootc.unlock_staged() is False
+
+
+async def test_stage_refuses_unpinned(host: StandinHost, tmp_path: Path) -> None:
+    with pytest.raises(HostError) as err:
+        await host.adapter(tmp_path).stage(parse_image_ref(f"{NAME}:latest"))
+    assert err.value.kind == "input"
+
+
+@pytest.mark.parametrize(
+    ("fail", "kind", "text"),
+    [
+        (None, "image-missing", "manifest unknown"),
+        ("registry-auth", "registry-auth", "unauthorized"),
+        ("registry-denied", "registry-auth", "denied"),
+        ("disk-space", "disk-space", "No space left on device"),
+        ("other", "other", "configured failure"),
+    ],
+)
+async def test_stage_failures_have_distinct_kinds(
+    host: StandinHost, tmp_path: Path, fail: str | None, kind: str, text: str
+) -> None:
+    target = ref(D3)  # not in the registry
+    if fail:
+        host.configure(fail={"switch": fail})
+        target = ref(D2)
+    bootc = host.adapter(tmp_path)
+    with pytest.raises(HostError) as err:
+        await bootc.stage(target)
+    assert err.value.kind == kind
+    assert str(err.value).startswith("error: ") and text in str(err.value)
+    assert "\n" not in str(err.value)
+    assert (await bootc.status()).staged is None
+    host.configure(fail={})
+    await bootc.stage(ref(D2))  # the failed unit was cleared: the name is free again
+    assert (await bootc.status()).staged_digest == D2
+
+
+async def test_lock_held_by_another_transaction_times_out_as_lock(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    bootc = host.adapter(tmp_path, timeouts=BootcTimeouts(status=0.5, stage=0.5))
+    await bootc.capabilities()
+    fd = os.open(host.state / "sysroot.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # like rpm-ostreed holding the sysroot lock
+    try:
+        with pytest.raises(HostError) as err:
+            await bootc.status()
+        assert err.value.kind == "lock" and "sysroot lock" in str(err.value)
+        with pytest.raises(HostError) as err:
+            await bootc.stage(ref(D2))
+        assert err.value.kind == "lock"
+    finally:
+        os.close(fd)
+    await bootc.stage(ref(D2))  # the stopped unit left nothing behind
+    assert (await bootc.status()).staged_digest == D2
+
+
+async def test_configured_lock_wait_is_a_lock_error(host: StandinHost, tmp_path: Path) -> None:
+    host.configure(fail={"status": "lock-wait"})
+    bootc = host.adapter(tmp_path, timeouts=BootcTimeouts(status=0.5))
+    with pytest.raises(HostError) as err:
+        await bootc.status()
+    assert err.value.kind == "lock"
+
+
+async def test_slow_stage_without_lock_is_a_timeout(host: StandinHost, tmp_path: Path) -> None:
+    host.configure(progress_delay=2.0)
+    bootc = host.adapter(tmp_path, timeouts=BootcTimeouts(stage=0.5))
+    with pytest.raises(HostError) as err:
+        await bootc.stage(ref(D2))
+    assert err.value.kind == "timeout"
+    host.configure(progress_delay=0)
+    assert (await bootc.status()).staged is None
+
+
+async def test_calls_are_serialized_per_adapter(host: StandinHost, tmp_path: Path) -> None:
+    host.configure(progress_delay=0.05)
+    bootc = host.adapter(tmp_path)
+    await bootc.capabilities()
+    stage = asyncio.create_task(bootc.stage(ref(D2)))
+    await asyncio.sleep(0.1)
+    status = await bootc.status()
+    await stage
+    assert status.staged_digest == D2  # status waited for the stage to finish
+    events = [(e["argv"][0], e["phase"]) for e in host.log() if "--help" not in e["argv"]]
+    switch_exit = events.index(("switch", "exit"))
+    assert events.index(("status", "start"), 1) > switch_exit
+
+
+async def test_cancel_stage(host: StandinHost, tmp_path: Path) -> None:
+    host.configure(progress_delay=0.5)
+    bootc = host.adapter(tmp_path)
+    await bootc.capabilities()
+    stage = asyncio.create_task(bootc.stage(ref(D2)))
+    await asyncio.sleep(0.3)
+    await bootc.cancel_stage()
+    with pytest.raises(HostError) as err:
+        await stage
+    assert err.value.kind == "cancelled"
+    host.configure(progress_delay=0)
+    assert (await bootc.status()).staged is None
+
+
+async def test_second_adapter_adopts_a_running_stage(host: StandinHost, tmp_path: Path) -> None:
+    """Two adapters over one runner stand for an agent before and after a restart: the first
+    dies mid-stage (its task is cancelled, the unit runs on), the second waits for the unit
+    instead of starting bootc twice."""
+    host.configure(progress_delay=0.05)
+    runner = ProcessUnitRunner()
+    first, second = host.adapter(tmp_path, runner=runner), host.adapter(tmp_path, runner=runner)
+    await first.capabilities()
+    await second.capabilities()
+    dying = asyncio.create_task(first.stage(ref(D2)))
+    await asyncio.sleep(0.15)
+    dying.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await dying
+    assert (await runner.unit_state(first.unit)).running
+    await second.stage(ref(D2))
+    assert len(host.verb_calls("switch")) == 1
+    assert (await second.status()).staged_digest == D2
+
+
+async def test_a_different_target_supersedes_a_running_stage(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    host.configure(progress_delay=0.2)  # D2 is slow; D3 (delay 0 in the registry) is quick
+    host.bootc("internals", "standin-add-image", f"{NAME}@{D3}", "3.0")
+    registry = json.loads((host.state / "registry.json").read_text())
+    registry["images"][f"{NAME}@{D3}"]["progress_delay"] = 0
+    (host.state / "registry.json").write_text(json.dumps(registry))
+    runner = ProcessUnitRunner()
+    first, second = host.adapter(tmp_path, runner=runner), host.adapter(tmp_path, runner=runner)
+    await first.capabilities()
+    await second.capabilities()
+    old = asyncio.create_task(first.stage(ref(D2)))
+    await asyncio.sleep(0.3)
+    await second.stage(ref(D3))
+    with pytest.raises(HostError) as err:
+        await old
+    assert err.value.kind == "cancelled"
+    assert (await second.status()).staged_digest == D3
+
+
+async def test_rollback_is_not_toggled_twice(host: StandinHost, tmp_path: Path) -> None:
+    bootc = host.adapter(tmp_path)
+    with pytest.raises(HostError) as err:
+        await bootc.rollback()
+    assert err.value.kind == "rollback"
+    await bootc.stage(ref(D2))
+    await bootc.unlock_staged()
+    host.bootc("internals", "standin-reboot")
+    host.bootc("internals", "standin-add-image", f"{NAME}@{D3}", "3.0")
+    await bootc.stage(ref(D3))
+    await bootc.rollback()
+    status = await bootc.status()
+    assert status.rollback_queued and status.staged is None  # rollback discards a staged one
+    await bootc.rollback()
+    assert (await bootc.status()).rollback_queued  # not toggled back
+    assert len(host.verb_calls("rollback")) == 1
+
+
+async def test_command_prefix_is_used(host: StandinHost, tmp_path: Path) -> None:
+    """Pod mode runs bootc behind a prefix (nsenter); `env VAR=...` stands in for it here."""
+    bootc = Bootc(
+        bootc=str(STANDIN),
+        command_prefix=["env", *(f"{k}={v}" for k, v in host.env.items())],
+        run_dir=tmp_path / "run",
+    )
+    assert (await bootc.status()).booted_digest == D1
+    await bootc.stage(ref(D2))
+    assert (await bootc.status()).staged_digest == D2
+
+
+def test_progress_events() -> None:
+    assert progress_from_event('{"type": "Start", "version": "0.1.0"}') is None
+    assert progress_from_event("Queued for next boot") is None
+    line = json.dumps({"type": "ProgressBytes", "task": "pulling", "bytes": 5 << 20,
+                       "bytesTotal": 10 << 20, "steps": 1, "stepsTotal": 2})  # fmt: skip
+    assert progress_from_event(line) == Progress(5 << 20, 10 << 20, "pulling")
+    line = json.dumps({"type": "ProgressSteps", "task": "staging", "steps": 2, "stepsTotal": 4})
+    assert progress_from_event(line) == Progress(step="staging 2/4")
+
+
+@pytest.mark.parametrize(
+    ("stderr", "kind"),
+    [
+        ("error: Switching: Pulling: reading manifest x in q/y: manifest unknown", "image-missing"),
+        ("error: ...: received unexpected HTTP status: 401 Unauthorized", "registry-auth"),
+        ("error: ...: 403 Forbidden", "registry-auth"),
+        ("error: Pulling: writing object: No space left on device (os error 28)", "disk-space"),
+        ("error: Upgrading: Insufficient free space for update", "disk-space"),
+        ("Waiting for sysroot lock...\nerror: something", "lock"),
+        ("error: Rollback: No rollback available", "other"),
+    ],
+)
+def test_error_classification(stderr: str, kind: str) -> None:
+    assert bootc_errors.classify(stderr) == kind
+
+
+def test_error_message_is_the_error_lines() -> None:
+    err = bootc_errors.failure("bootc switch", "progress...\nerror: one\n  \n", 1)
+    assert str(err) == "error: one"
+    assert str(bootc_errors.failure("bootc switch", "", 1)) == (
+        "bootc switch failed with exit status 1"
+    )

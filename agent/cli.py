@@ -138,7 +138,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from agent.demo import run_demo
 
-    return run_demo(keep=args.keep)
+    return run_demo(keep=args.keep, file_mode=args.file_mode)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -215,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="a timeline on a throwaway simulated host")
     demo.add_argument("--keep", action="store_true", help="keep the simulated host directory")
+    demo.add_argument("--file-mode", action="store_true", help="no cluster: the agent reads a file")
     demo.set_defaults(func=cmd_demo)
     return parser
 

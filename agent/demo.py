@@ -151,10 +151,18 @@ class Demo:
         print(f"\ndemo passed: {self.reboots()} reboots in all, each one needed")
 
 
-def run_demo(keep: bool = False) -> int:
+def run_demo(keep: bool = False, file_mode: bool = False) -> int:
+    """The cluster timeline when the loopback API server is at hand (a checkout), else the
+    file-mode timeline on the simulated host alone."""
+    from agent.demo_cluster import fakekube_available, run_cluster_demo
+
     base = Path(tempfile.mkdtemp(prefix="image-mode-agent-demo-"))
     demo = Demo(base)
     try:
+        if not file_mode and fakekube_available():
+            return run_cluster_demo(base)
+        if not file_mode:
+            print("(no loopback API server in this installation: file-mode demo)\n")
         demo.main()
         return 0
     except (DemoFailed, subprocess.TimeoutExpired) as exc:

@@ -215,8 +215,22 @@ def test_sim_usage_errors(tmp_path: Path) -> None:
     assert done.returncode == 2 and "unknown source" in done.stderr
 
 
-def test_demo_runs_and_passes() -> None:
-    done = agent("demo", timeout=120)
+def test_demo_runs_on_the_loopback_cluster() -> None:
+    done = agent("demo", timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in (
+        "== 1. SSH-key rotation: applied live, no drain, no reboot",
+        "Node: desiredDrain=drain-rendered-worker-3",
+        "Node: lastAppliedDrain=uncordon-rendered-worker-3",
+        "Done on the new image: exactly 1 reboot",
+        "required health check failed",
+        "demo passed: 3 reboots in all",
+    ):
+        assert line in done.stdout
+
+
+def test_demo_file_mode_runs_and_passes() -> None:
+    done = agent("demo", "--file-mode", timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "== 1. SSH-key rotation, applied live",

@@ -20,6 +20,7 @@ from agent.host import bootc_errors
 from agent.host.bootc import Bootc, BootcTimeouts, progress_from_event
 from agent.host.ports import Progress
 from agent.host.systemd import ProcessUnitRunner
+from agent.model.bootc_status import parse_bootc_status
 from agent.model.imageref import ImageRef, parse_image_ref
 
 STANDIN = Path(__file__).parent / "standin" / "bootc"
@@ -96,6 +97,17 @@ async def test_status_parses_json_v1(host: StandinHost, tmp_path: Path) -> None:
     assert host.calls()[-1] == ["status", "--format", "json", "--format-version", "1"]
 
 
+def test_standin_status_formats(host: StandinHost) -> None:
+    """YAML when piped (bootc's default off a TTY), JSON on request; both parse the same."""
+    yaml_text = host.bootc("status")
+    assert yaml_text.startswith("apiVersion: org.containers.bootc/v1")
+    from_yaml = parse_bootc_status(yaml_text.encode())
+    from_json = parse_bootc_status(host.bootc("status", "--format", "json").encode())
+    assert from_yaml == from_json and from_json.booted_digest == D1
+    with pytest.raises(subprocess.CalledProcessError):
+        host.bootc("status", "--format-version", "2")
+
+
 async def test_capabilities_probed_once_including_hidden_progress_fd(
     host: StandinHost, tmp_path: Path
 ) -> None:
@@ -144,6 +156,22 @@ async def test_stage_download_only_with_progress_then_unlock(
     assert status.staged is not None and not status.staged.download_only
     assert await bootc.unlock_staged() is False  # already armed: nothing asked of bootc
     assert not [c for c in host.calls() if "--apply" in c or "--mutate-in-place" in c]
+
+
+async def test_unlock_prepares_a_soft_reboot_where_capable(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    host.configure(soft_reboot_capable=True)
+    bootc = host.adapter(tmp_path)
+    await bootc.stage(ref(D2))
+    assert await bootc.unlock_staged(soft=True) is True
+    assert host.verb_calls("upgrade") == [["upgrade", "--from-downloaded", "--soft-reboot", "auto"]]
+
+
+async def test_unlock_without_a_staged_deployment(host: StandinHost, tmp_path: Path) -> None:
+    with pytest.raises(HostError) as err:
+        await host.adapter(tmp_path).unlock_staged()
+    assert err.value.kind == "no-staged"
 
 
 async def test_stage_plain_switch_where_download_only_is_missing(

@@ -58,7 +58,8 @@ class BootcTimeouts:
 class Capabilities:
     """What the installed bootc supports, from its `--help` (probed once per adapter)."""
 
-    download_only: bool = False  # `switch --download-only` and `upgrade --from-downloaded`
+    download_only: bool = False  # `switch --download-only` (and `upgrade --from-downloaded`)
+    from_downloaded: bool = False  # `upgrade --from-downloaded` (bootc >= 1.5)
     soft_reboot: bool = False  # `upgrade --soft-reboot`
     progress_fd: bool = False  # `switch --progress-fd` (hidden upstream: probed by parse)
 
@@ -157,6 +158,7 @@ class Bootc:
                 progress, _ = await self._accepts(["switch", "--progress-fd", "3", "--help"])
             self._caps = Capabilities(
                 download_only="--download-only" in switch and "--from-downloaded" in upgrade,
+                from_downloaded="--from-downloaded" in upgrade,
                 soft_reboot="--soft-reboot" in upgrade,
                 progress_fd=progress,
             )
@@ -205,7 +207,7 @@ class Bootc:
             if host.staged is None:
                 raise HostError("no staged deployment to apply", kind="no-staged")
             want_soft = soft and caps.soft_reboot and host.staged.soft_reboot_capable
-            if not (host.staged.download_only or want_soft) or not caps.download_only:
+            if not (host.staged.download_only or want_soft) or not caps.from_downloaded:
                 return False
             args = ["upgrade", "--from-downloaded"]
             if want_soft:

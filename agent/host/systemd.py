@@ -169,7 +169,9 @@ class ProcessUnitRunner:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            # Like a unit, it does not inherit the agent's environment (in a pod that includes
+            # `container`, which makes bootc refuse to run); only PATH and what is given.
+            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), **(env or {})},
             start_new_session=True,  # its own group, so stop_unit can end all of it
         )
         self._procs[name] = (proc, description)
@@ -430,7 +432,12 @@ class Systemd:
         return await self._job("StartUnit", name)
 
     async def stop_unit(self, name: str) -> str:
-        return await self._job("StopUnit", name)
+        try:
+            return await self._job("StopUnit", name)
+        except DBusCallError as exc:
+            if exc.name == "org.freedesktop.systemd1.NoSuchUnit":
+                return "done"  # a transient unit that ended and was collected: stopped already
+            raise
 
     async def restart_unit(self, name: str) -> str:
         return await self._job("RestartUnit", name)

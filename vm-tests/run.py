@@ -29,11 +29,21 @@ from image import VmImage, ensure_image  # noqa: E402
 
 from tests.system.rootfs import REPO  # noqa: E402
 from tests.system.scenarios import agent_missing  # noqa: E402
-from tests.system.world import DESIRED, KEY_A, Image, World  # noqa: E402
+from tests.system.world import (  # noqa: E402
+    DESIRED,
+    KEY_A,
+    SELFTEST_LIB,
+    UNIT_SUFFIXES,
+    Image,
+    World,
+    agent_units_dir,
+)
 
 GUEST_REGISTRY = "10.0.2.100:5000"
 BOOT_TIMEOUT = 150  # seconds per expected boot under TCG (≈30-45 s measured)
-UP = re.compile(r"HARNESS boot=(\d+) up")
+# Boots are counted from the console: the first, plus one per kernel restart (printed even with
+# `quiet`), so a boot that never reaches the step script still counts.
+RESTART = "reboot: Restarting system"
 
 
 @dataclass(frozen=True)
@@ -128,8 +138,13 @@ def seed(world: World, share: Path, scenario: VmScenario) -> None:
     if scenario.needs_agent:
         units = s / "etc/systemd/system"
         units.mkdir(parents=True)
-        for unit in sorted((REPO / "systemd").glob("*.service")):
-            shutil.copy(unit, units / unit.name)
+        for unit in sorted(agent_units_dir().glob("*")):
+            if unit.suffix in UNIT_SUFFIXES:
+                shutil.copy(unit, units / unit.name)
+            elif unit.suffix == ".py" and agent_units_dir() != REPO / "systemd":
+                lib = s / SELFTEST_LIB.lstrip("/")
+                lib.mkdir(parents=True, exist_ok=True)
+                shutil.copy(unit, lib / unit.name)
         for unit in units.glob("image-mode-agent*.service"):
             # enable as `systemctl enable` would, from the unit's own [Install] section
             for target in re.findall(r"^(?:WantedBy|RequiredBy)=(.+)$", unit.read_text(), re.M):
@@ -186,15 +201,15 @@ def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) ->
     console = open(workdir / "console.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")  # fmt: skip
-    boots = 0
+    boots = 1
 
     def pump() -> None:
         nonlocal boots
         assert proc.stdout
         for line in proc.stdout:
             console.write(f"[{time.monotonic() - start:6.1f}] {line}")
-            if m := UP.search(line):
-                boots = max(boots, int(m.group(1)))
+            if RESTART in line:
+                boots += 1
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()

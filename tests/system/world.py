@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -24,6 +25,17 @@ VERIFY_UNIT = "image-mode-agent-verify.service"
 KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA test-a"
 KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB test-b"
 FAILING_CHECK = "#!/bin/sh\necho 'testos v3: payments service did not start'\nexit 1\n"
+
+
+UNIT_SUFFIXES = (".service", ".target", ".timer", ".path", ".socket")
+SELFTEST_LIB = "/usr/local/lib/image-mode-agent-selftest"
+
+
+def agent_units_dir() -> Path:
+    """The repo's systemd/ units, or IMA_SYSTEM_AGENT_UNITS: another set, e.g. the harness
+    self-test's fake (tests/system/selftest, whose .py files go to SELFTEST_LIB). Never in CI."""
+    override = os.environ.get("IMA_SYSTEM_AGENT_UNITS")
+    return Path(override) if override else REPO / "systemd"
 
 
 @dataclass(frozen=True)
@@ -124,9 +136,11 @@ class World:
     def install_agent(self, machine: Machine, image: Image, key: str = KEY_A) -> None:
         """The repo's units, enabled with the host's `systemctl --root` (no bus needed), and a
         desired-state document matching what the machine boots."""
-        for unit in sorted((REPO / "systemd").glob("*")):
-            if unit.suffix in (".service", ".target", ".timer", ".path", ".socket"):
+        for unit in sorted(agent_units_dir().glob("*")):
+            if unit.suffix in UNIT_SUFFIXES:
                 machine.write(f"/etc/systemd/system/{unit.name}", unit.read_text())
+            elif unit.suffix == ".py" and agent_units_dir() != REPO / "systemd":
+                machine.write(f"{SELFTEST_LIB}/{unit.name}", unit.read_text())
         for unit in (AGENT_UNIT, VERIFY_UNIT):
             subprocess.run(
                 ["timeout", "30", "systemctl", f"--root={machine.root}", "enable", unit],

@@ -2,8 +2,9 @@
 # VM tier, guest side: run by harness-step.service on every boot (copied into the harness share
 # as /mnt/harness/run-step). Counts boots, reports to the serial console and the share, then
 # sources the scenario's step.sh, which decides on reboot or poweroff.
-mkdir -p /var/lib/harness
-n=$(cat /var/lib/harness/boot 2>/dev/null || echo 0); n=$((n + 1)); echo $n > /var/lib/harness/boot
+# The boot number is the stand-in's count of boots (its unit records every boot early), not a
+# count of this script's runs: a boot the agent reboots before multi-user.target never runs it.
+n=$(wc -l < /var/lib/standin-bootc/boots.log)
 log() { echo "HARNESS boot=$n $*" > /dev/ttyS0; echo "boot=$n $*" >> /mnt/harness/results.log; sync; }
 finish() { log "RESULT $*"; sync; systemctl poweroff --no-block; exit 0; }
 booted_digest() {

@@ -28,8 +28,9 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from image import VmImage, ensure_image  # noqa: E402
 
 from tests.system.rootfs import REPO  # noqa: E402
-from tests.system.scenarios import agent_missing  # noqa: E402
+from tests.system.scenarios import probe_agent  # noqa: E402
 from tests.system.world import (  # noqa: E402
+    AGENT_ENV,
     DESIRED,
     KEY_A,
     SELFTEST_LIB,
@@ -139,7 +140,9 @@ def seed(world: World, share: Path, scenario: VmScenario) -> None:
         units = s / "etc/systemd/system"
         units.mkdir(parents=True)
         for unit in sorted(agent_units_dir().glob("*")):
-            if unit.suffix in UNIT_SUFFIXES:
+            if unit.suffix in UNIT_SUFFIXES and unit.is_symlink():  # a mask: -> /dev/null
+                (units / unit.name).symlink_to(os.readlink(unit))
+            elif unit.suffix in UNIT_SUFFIXES:
                 shutil.copy(unit, units / unit.name)
             elif unit.suffix == ".py" and agent_units_dir() != REPO / "systemd":
                 lib = s / SELFTEST_LIB.lstrip("/")
@@ -155,6 +158,8 @@ def seed(world: World, share: Path, scenario: VmScenario) -> None:
         desired = s / DESIRED.lstrip("/")
         desired.parent.mkdir(parents=True, exist_ok=True)
         desired.write_text(desired_doc(v1))
+        args = f"--source file:{DESIRED} --host {world.host_mode}"
+        (s / AGENT_ENV.lstrip("/")).write_text(f'IMAGE_MODE_AGENT_ARGS="{args}"\n')
         (share / "desired-next.yaml").write_text(desired_doc(images[NEXT[scenario.name]]))
     step = scenario.step
     for key, value in {
@@ -246,11 +251,11 @@ def main() -> int:
     total = time.monotonic()
     image = ensure_image()
     print(f"VM image: {image.dir} ({'built' if image.built else 'cached'}, {image.seconds:.1f}s)")
-    blocked = agent_missing()
-    if blocked:
-        print(f"agent: {blocked}")
+    host_mode, blocked = probe_agent()
+    print(f"agent: {blocked}" if blocked else f"agent: runs as a unit with --host {host_mode}")
     workdir = Path(tempfile.mkdtemp(prefix="ima-vm-"))
-    world = World(Path("/nonexistent"), workdir)  # registries and images only: no nspawn here
+    # registries and images only: no nspawn here
+    world = World(Path("/nonexistent"), workdir, host_mode=host_mode or "local")
     results = []
     try:
         world.start()

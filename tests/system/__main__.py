@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.system.machine import MachineError
 from tests.system.rootfs import ensure_rootfs
-from tests.system.scenarios import SCENARIOS, Scenario, agent_missing, diagnostics
+from tests.system.scenarios import SCENARIOS, Scenario, diagnostics, probe_agent
 from tests.system.world import World, cleanup
 
 TOOLS = ("mmdebstrap", "systemd-nspawn", "docker-registry", "skopeo", "nsenter", "journalctl")
@@ -82,14 +82,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     total = time.monotonic()
     rootfs = ensure_rootfs(log=say)
     say(f"rootfs: {rootfs.path} ({'built' if rootfs.built else 'cached'}, {rootfs.seconds:.1f}s)")
-    blocked = agent_missing()
-    if blocked:
-        say(f"agent: {blocked}")
+    host_mode, blocked = probe_agent()
+    say(f"agent: {blocked}" if blocked else f"agent: runs as a unit with --host {host_mode}")
     base = Path(os.environ.get("IMA_SYSTEM_WORK", tempfile.gettempdir()))
     reap_stale(base)
     workdir = Path(tempfile.mkdtemp(prefix="ima-system-", dir=base))
     (workdir / "owner.pid").write_text(str(os.getpid()))
-    world = World(rootfs.path, workdir, keep=args.keep)
+    world = World(rootfs.path, workdir, keep=args.keep, host_mode=host_mode or "local")
     results: list[Result] = []
     try:
         t = time.monotonic()

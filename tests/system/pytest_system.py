@@ -16,7 +16,7 @@ import pytest
 
 from tests.system.__main__ import TOOLS, run_one
 from tests.system.rootfs import ensure_rootfs
-from tests.system.scenarios import SCENARIOS, Scenario, agent_missing
+from tests.system.scenarios import SCENARIOS, Scenario, probe_agent
 from tests.system.world import World, cleanup
 
 pytestmark = pytest.mark.skipif(
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 def world() -> Iterator[World]:
     rootfs = ensure_rootfs()
     workdir = Path(tempfile.mkdtemp(prefix="ima-system-"))
-    w = World(rootfs.path, workdir).start()
+    w = World(rootfs.path, workdir, host_mode=probe_agent()[0] or "local").start()
     try:
         yield w
     finally:
@@ -39,7 +39,7 @@ def world() -> Iterator[World]:
 
 @pytest.fixture(scope="module")
 def blocked() -> str | None:
-    return agent_missing()
+    return probe_agent()[1]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])

@@ -337,26 +337,43 @@ def diagnostics(m: Machine) -> str:
     return "\n".join(lines)
 
 
-def agent_missing() -> str | None:
-    """Why the agent cannot run as a host service yet, or None when it can."""
+HOST_MODES = ("local", "system")  # the brief says `--host local`; the unit file says `system`
+
+
+def probe_agent() -> tuple[str | None, str | None]:
+    """(host mode the agent's CLI accepts, None) when it can run as a host service, else
+    (None, why not). The mode goes into /etc/image-mode-agent/agent.env."""
     if os.environ.get("IMA_SYSTEM_AGENT_UNITS"):
-        return None
+        return "local", None
     units = REPO / "systemd"
     for unit in ("image-mode-agent.service", "image-mode-agent-verify.service"):
         if not (units / unit).exists():
-            return f"needs --host local: systemd/{unit} is not in the repo yet"
+            return None, f"needs --host local: systemd/{unit} is not in the repo yet"
     env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent"}
-    probe = subprocess.run(
-        ["timeout", "30", str(REPO / ".venv/bin/python"), "-m", "agent", "run",
-         "--source", "file:/nonexistent", "--host", "local", "--once", "--dry-run"],
-        capture_output=True, text=True, env=env, cwd=REPO,
-    )  # fmt: skip
-    if "unknown host" in probe.stderr:
-        return "needs --host local: `image-mode-agent run --host local` is not implemented yet"
+    mode = None
+    for candidate in HOST_MODES:
+        probe = subprocess.run(
+            ["timeout", "30", str(REPO / ".venv/bin/python"), "-m", "agent", "run",
+             "--source", "file:/nonexistent", "--host", candidate, "--once", "--dry-run"],
+            capture_output=True, text=True, env=env, cwd=REPO,
+        )  # fmt: skip
+        if "unknown host" not in probe.stderr and "invalid choice" not in probe.stderr:
+            mode = candidate
+            break
+    if mode is None:
+        return None, (
+            "needs --host local: `image-mode-agent run --host local|system` is not implemented "
+            "yet (the CLI answers 'unknown host')"
+        )
     verify = subprocess.run(
         ["timeout", "30", str(REPO / ".venv/bin/python"), "-m", "agent", "verify", "--help"],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     if verify.returncode != 0:
-        return "needs --host local: `image-mode-agent verify` is not implemented yet"
-    return None
+        return None, "needs --host local: `image-mode-agent verify` is not implemented yet"
+    return mode, None
+
+
+def agent_missing() -> str | None:
+    """Why the agent cannot run as a host service yet, or None when it can."""
+    return probe_agent()[1]

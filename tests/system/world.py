@@ -19,6 +19,7 @@ from tests.system.rootfs import REPO
 IMAGE_REPO = "testos"
 STANDIN_STATE = "/var/lib/standin-bootc"
 DESIRED = "/etc/image-mode-agent/desired.yaml"
+AGENT_ENV = "/etc/image-mode-agent/agent.env"
 AGENT_STATE = "/var/lib/image-mode-agent"
 AGENT_UNIT = "image-mode-agent.service"
 VERIFY_UNIT = "image-mode-agent-verify.service"
@@ -64,6 +65,7 @@ class World:
     registry: Registry | None = None
     auth_registry: Registry | None = None
     images: dict[str, Image] = field(default_factory=dict)
+    host_mode: str = "local"  # `--host` value the agent's CLI accepts (scenarios.probe_agent)
 
     def start(self) -> World:
         self.registry = Registry(self.workdir / "registry").start()
@@ -137,7 +139,9 @@ class World:
         """The repo's units, enabled with the host's `systemctl --root` (no bus needed), and a
         desired-state document matching what the machine boots."""
         for unit in sorted(agent_units_dir().glob("*")):
-            if unit.suffix in UNIT_SUFFIXES:
+            if unit.suffix in UNIT_SUFFIXES and unit.is_symlink():  # a mask: -> /dev/null
+                machine.symlink(f"/etc/systemd/system/{unit.name}", os.readlink(unit))
+            elif unit.suffix in UNIT_SUFFIXES:
                 machine.write(f"/etc/systemd/system/{unit.name}", unit.read_text())
             elif unit.suffix == ".py" and agent_units_dir() != REPO / "systemd":
                 machine.write(f"{SELFTEST_LIB}/{unit.name}", unit.read_text())
@@ -146,6 +150,9 @@ class World:
                 ["timeout", "30", "systemctl", f"--root={machine.root}", "enable", unit],
                 check=True, capture_output=True,
             )  # fmt: skip
+        # The unit takes its arguments from agent.env (IMAGE_MODE_AGENT_ARGS).
+        args = f"--source file:{DESIRED} --host {self.host_mode}"
+        machine.write(AGENT_ENV, f'IMAGE_MODE_AGENT_ARGS="{args}"\n')
         self.set_desired(machine, image, key)
 
     def set_desired(self, machine: Machine, image: Image, key: str = KEY_A, name: str = "") -> None:

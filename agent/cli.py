@@ -77,18 +77,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local_options(args: argparse.Namespace):
+    from agent.host.local import LocalOptions
+
+    return LocalOptions(
+        root=Path(args.host_root),
+        bootc=args.bootc,
+        bootc_prefix=args.bootc_prefix,
+        bus_address=args.bus_address,
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from agent.runtime import RunOptions, open_host, run_cluster_source, run_file_source
+    from agent.runtime import RunOptions, open_host, run_cluster_source, run_file_source, watchdog
 
     kind, _, arg = args.source.partition(":")
     if not ((kind == "file" and arg) or args.source == "kube"):
         raise InputError(
             f"unknown source {args.source!r}: expected file:PATH or kube", field="--source"
         )
-    allowlist = Allowlist()
-    host = open_host(args.host, allowlist)
-    if args.source == "kube":
-        return asyncio.run(run_cluster_source(host, allowlist, args))
     options = RunOptions(
         once=args.once,
         dry_run=args.dry_run,
@@ -96,7 +103,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_boot_attempts=args.max_boot_attempts,
         poll_interval=args.poll_interval,
     )
-    return asyncio.run(run_file_source(Path(arg), host, options))
+
+    async def main() -> int:
+        allowlist = Allowlist()
+        host = await open_host(args.host, allowlist, _local_options(args))
+        beat = asyncio.create_task(watchdog())
+        try:
+            if args.source == "kube":
+                return await run_cluster_source(host, allowlist, args)
+            return await run_file_source(Path(arg), host, options)
+        finally:
+            beat.cancel()
+
+    return asyncio.run(main())
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from agent.runtime import open_host, run_verify
+
+    async def main() -> int:
+        host = await open_host(args.host, Allowlist(), _local_options(args))
+        return await run_verify(host, args.max_boot_attempts)
+
+    return asyncio.run(main())
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -141,6 +170,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep, file_mode=args.file_mode)
 
 
+def _host_flags(parser: argparse.ArgumentParser) -> None:
+    local = parser.add_argument_group("real host (--host local)")
+    local.add_argument("--host-root", default="/", help="the host's / (in a pod: /rootfs)")
+    local.add_argument("--bootc", default="bootc", help="the bootc executable")
+    local.add_argument(
+        "--bootc-prefix",
+        default="",
+        help="command prefix to reach the host, e.g. 'nsenter -t 1 -m -u -i -n -p --' in a pod",
+    )
+    local.add_argument("--bus-address", help="D-Bus address (default: the system bus)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="image-mode-agent",
@@ -165,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--source", required=True, help="file:PATH (a MachineConfig document) or kube (the Node)"
     )
-    run.add_argument("--host", required=True, help="simulated:DIR")
+    run.add_argument("--host", required=True, help="simulated:DIR or local")
     run.add_argument("--once", action="store_true", help="exit 0 Done, 3 rebooting, 4 Degraded")
     run.add_argument("--dry-run", action="store_true", help="observe and plan, change nothing")
     run.add_argument("--image", help="target image instead of the document's spec.osImageURL")
@@ -187,6 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument("--drain-timeout", type=float, default=3600.0, help="seconds")
     run.set_defaults(func=cmd_run)
+    _host_flags(run)
+
+    verify = sub.add_parser(
+        "verify", help="boot-time check of a new image: commit it, or roll back and reboot"
+    )
+    verify.add_argument("--host", default="local", help="local (default) or simulated:DIR")
+    verify.add_argument("--max-boot-attempts", type=int, default=1)
+    verify.set_defaults(func=cmd_verify)
+    _host_flags(verify)
 
     sim = sub.add_parser(
         "sim", help="create and drive a simulated host",

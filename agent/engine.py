@@ -7,6 +7,7 @@ second reboot, no half-written file (DESIGN.md §1.4)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -59,10 +60,12 @@ class Engine:
         policy: LivePolicy = BUILTIN_POLICY,
         max_boot_attempts: int = 1,
         hooks: Hooks | None = None,
+        soft_reboot: bool = False,
     ) -> None:
         self.host = host
         self.policy = policy
         self.max_boot_attempts = max(1, max_boot_attempts)
+        self.soft_reboot = soft_reboot
         self.hooks = hooks or Hooks()
         self.journal = Journal(host.state_dir / "journal.json")
         self.log = structlog.get_logger("engine").bind(root=str(host.root))
@@ -240,11 +243,31 @@ class Engine:
                 await result
         return await self._reboot(rec.to(Phase.REBOOTING), plan, f"rebooting into {target}")
 
+    async def _soft_reboots(self) -> int | None:
+        count = getattr(self.host.system, "soft_reboots_count", None)  # real hosts only
+        return await count() if count is not None else None
+
     async def _reboot(self, rec: Record, plan: Plan | None, why: str) -> Outcome:
-        rec = self._save(
-            rec.to(rec.phase, boot_id=await self.host.system.boot_id(), reboots=rec.reboots + 1)
-        )
-        await self.host.system.reboot()
+        soft = False
+        if rec.phase == Phase.REBOOTING:
+            # A download-only (locked) staged deployment must be unlocked at the reboot slot, or
+            # the reboot discards it; a soft reboot only where bootc says the deployment can.
+            status = await self.host.bootc.status()
+            soft = self.soft_reboot and bool(status.staged and status.staged.soft_reboot_capable)
+            await self.host.bootc.unlock_staged(soft=soft)
+        guard = getattr(self.host.system, "shutdown_delayed", None)
+        # Hold a delay inhibitor while the journal records the reboot, so a shutdown that
+        # someone else starts cannot land between the record and our own request.
+        async with guard("image-mode-agent", why) if guard else contextlib.nullcontext():
+            rec = self._save(
+                rec.to(
+                    rec.phase,
+                    boot_id=await self.host.system.boot_id(),
+                    soft_reboots=await self._soft_reboots(),
+                    reboots=rec.reboots + 1,
+                )
+            )
+        await self.host.system.reboot(soft=soft)
         self._did("reboot")
         self._event(why)
         return Outcome(REBOOTING, why, plan=plan, current_config=rec.current_name)
@@ -266,6 +289,14 @@ class Engine:
         self._pending_path.unlink(missing_ok=True)
         self._event(f"update to {rec.config_name} committed")
         return Outcome(DONE, current_config=rec.current_name, current_image=rec.current_image)
+
+    async def verify_boot(self) -> Outcome | None:
+        """The boot-time verifier's entry: finish an update waiting for this boot (verify,
+        then commit or roll back); None when the journal expects no boot."""
+        rec = self.journal.load()
+        if rec.phase not in (Phase.REBOOTING, Phase.ROLLBACK_REBOOTING):
+            return None
+        return await self._resume(rec)
 
     # -- resuming ------------------------------------------------------------------------
     async def _resume(self, rec: Record) -> Outcome:
@@ -300,6 +331,8 @@ class Engine:
             target_digest=target.digest if target else None,
             attempts=rec.attempts,
             max_attempts=self.max_boot_attempts,
+            soft_reboots_before=rec.soft_reboots,
+            soft_reboots_now=await self._soft_reboots(),
         )
         verdict = decide_after_boot(facts)
         if verdict.decision == AfterBoot.NOT_REBOOTED:

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
@@ -20,6 +20,9 @@ from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
 from agent.policy import Allowlist
 from agent.sources.file import FileWatch, load_desired
+
+if TYPE_CHECKING:  # the real-host adapters (dbus-fast) load only when a real host is used
+    from agent.host.local import LocalOptions
 
 EXIT_DONE, EXIT_USAGE, EXIT_REBOOT, EXIT_DEGRADED = 0, 2, 3, 4
 _RETRY_DELAYS = (5.0, 15.0, 60.0, 300.0)
@@ -34,14 +37,50 @@ class RunOptions:
     poll_interval: float = 1.0
 
 
-def open_host(spec: str, allowlist: Allowlist) -> Host:
-    """`simulated:DIR` (the machine boots first, as it would before its services start)."""
+async def open_host(spec: str, allowlist: Allowlist, local: LocalOptions | None = None) -> Host:
+    """`simulated:DIR` (the machine boots first, as it would before its services start) or
+    `local` (this machine, or the one whose root is mounted at `local.root`)."""
     kind, _, arg = spec.partition(":")
     if kind == "simulated" and arg:
         sim = SimulatedHost(Path(arg))
         sim.boot()
         return sim.host(allowlist.allows)
-    raise InputError(f"unknown host {spec!r}: expected simulated:DIR", field="--host")
+    if spec == "local":
+        from agent.host.local import UPDATE_TIMER, LocalOptions, local_host
+
+        host, systemd = local_host(local or LocalOptions(), allowlist.allows)
+        try:  # one driver only: bootc's own updater would stage and reboot behind our back
+            await systemd.mask_unit(UPDATE_TIMER)
+        except HostError as exc:
+            structlog.get_logger("agent").warning("could not mask " + UPDATE_TIMER, error=str(exc))
+        return host
+    raise InputError(f"unknown host {spec!r}: expected simulated:DIR or local", field="--host")
+
+
+async def watchdog(interval_hint: float | None = None) -> None:
+    """READY=1 once, then WATCHDOG=1 at half the interval systemd asked for (Type=notify)."""
+    from agent.host.systemd import Notifier
+
+    notifier = Notifier()
+    if not notifier.enabled():
+        return
+    notifier.ready("reconciling")
+    interval = notifier.watchdog_interval() or interval_hint
+    while interval:
+        await asyncio.sleep(interval / 2)
+        notifier.watchdog()
+
+
+async def run_verify(host: Host, max_boot_attempts: int) -> int:
+    """The boot-time verifier: 0 when this boot is good (or nothing waited for it), 1 when it
+    is not and a rollback or another boot was asked for."""
+    engine = Engine(host, max_boot_attempts=max_boot_attempts)
+    outcome = await engine.verify_boot()
+    if outcome is None:
+        print("verify: no update was waiting for this boot")
+        return EXIT_DONE
+    print(f"verify: {outcome.state}{': ' + outcome.reason if outcome.reason else ''}")
+    return 1 if outcome.state == REBOOTING else EXIT_DONE
 
 
 async def run_cluster_source(host: Host, allowlist: Allowlist, args: object) -> int:

@@ -67,6 +67,11 @@ class BootcPort(Protocol):
         """Queue the rollback deployment for the next boot (callers check `rollbackQueued`)."""
         ...
 
+    async def unlock_staged(self, *, soft: bool = False) -> bool:
+        """At the reboot slot: make a download-only staged deployment apply at the next boot
+        (and prepare a soft reboot when `soft`). Returns whether bootc was asked anything."""
+        ...
+
 
 class SystemPort(Protocol):
     async def boot_id(self) -> str: ...

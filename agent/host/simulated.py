@@ -273,6 +273,9 @@ class SimulatedBootc:
         write_json(self.sim._state_path, state)
         self.sim.log_action("bootc", f"switch --transport registry {image}")
 
+    async def unlock_staged(self, *, soft: bool = False) -> bool:
+        return False  # the simulated host stages unlocked
+
     async def rollback(self) -> None:
         state = self.sim._state()
         if not state.get("rollback"):

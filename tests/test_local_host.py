@@ -1,0 +1,99 @@
+"""The engine on the real-host adapters: systemd over D-Bus (a real `systemd --user` manager),
+the bootc adapter driving the stand-in bootc in a named transient unit, a stand-in logind for
+the reboot, files under a host root. A whole update: live write, stage, reboot request, the
+"boot" (stand-in bootloader), then the boot-time verifier commits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent.desired import Desired
+from agent.engine import DONE, REBOOTING, Engine
+from agent.host.bootc import Bootc
+from agent.host.files import RootedFiles
+from agent.host.health import CheckRunner
+from agent.host.local import HostHealth
+from agent.host.ports import Host
+from agent.model.imageref import parse_image_ref
+from agent.model.machineconfig import machine_config_from_object
+from agent.policy import Allowlist
+from tests.builders import machine_config
+from tests.test_bootc_adapter import D1, D2, NAME, STANDIN, StandinHost
+from tests.test_systemd_adapter import UserManager, logind, user_manager  # noqa: F401
+
+SSH = "home/core/.ssh/authorized_keys.d/ignition"
+
+
+def _root(base: Path) -> Path:
+    root = base / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/passwd").write_text(
+        "root:x:0:0::/root:/bin/sh\ncore:x:1000:1000::/home/core:/bin/sh\n"
+    )
+    (root / "etc/group").write_text("root:x:0:\ncore:x:1000:\n")
+    return root
+
+
+def _desired(name: str, digest: str, key: str) -> Desired:
+    doc = machine_config(name=name, image=f"{NAME}@{digest}", keys=[key])
+    config = machine_config_from_object(doc)
+    return Desired(config, json.dumps(doc).encode(), parse_image_ref(config.os_image_url))
+
+
+def _host(manager: UserManager, root: Path, standin: StandinHost, boot_id: Path) -> Host:
+    systemd = manager.client(boot_id_path=boot_id)
+    bootc = Bootc(bootc=str(STANDIN), runner=systemd, run_dir=root / "run", env=standin.env,
+                  progress_poll=0.02)  # fmt: skip
+    return Host(
+        root=root,
+        files=RootedFiles(root, Allowlist().allows),
+        bootc=bootc,
+        system=systemd,
+        health=HostHealth(CheckRunner(root, 30), systemd),
+    )
+
+
+async def test_update_on_real_host_adapters(
+    user_manager: UserManager,  # noqa: F811
+    logind,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    root = _root(tmp_path)
+    state = tmp_path / "bootc-state"
+    state.mkdir()
+    standin = StandinHost(state)
+    standin.bootc("internals", "standin-seed", f"{NAME}@{D1}", "1.0")
+    standin.bootc("internals", "standin-add-image", f"{NAME}@{D2}", "2.0", str(64 << 20))
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("boot-1\n")
+
+    host = _host(user_manager, root, standin, boot_id)
+    engine = Engine(host)
+    first = await engine.reconcile(_desired("rendered-1", D1, "k1"))
+    assert first.state == DONE
+    assert (root / SSH).read_text() == "k1\n"
+    assert logind.reboots == []
+
+    update = await engine.reconcile(_desired("rendered-2", D2, "k2"))
+    assert update.state == REBOOTING
+    assert logind.reboots == [False]  # logind Reboot(interactive=false)
+    assert (root / SSH).read_text() == "k2\n"  # the live part before the reboot
+    assert logind.inhibits and logind.inhibits[0][0] == "shutdown"  # held while journaling
+    switches = standin.verb_calls("switch")
+    assert len(switches) == 1 and switches[0][-1] == f"{NAME}@{D2}"
+    assert "--apply" not in switches[0] and "--download-only" in switches[0]
+    # Staged locked, unlocked at the reboot slot so the reboot applies it.
+    assert standin.verb_calls("upgrade") == [["upgrade", "--from-downloaded"]]
+    await host.system.close()
+
+    # The machine reboots: the stand-in bootloader boots the staged deployment.
+    standin.bootc("internals", "standin-reboot")
+    boot_id.write_text("boot-2\n")
+    host = _host(user_manager, root, standin, boot_id)
+    verified = await Engine(host).verify_boot()
+    assert verified is not None and verified.state == DONE
+    status = await host.bootc.status()
+    assert status.booted_digest == D2
+    assert await Engine(host).verify_boot() is None  # nothing waits for the next boot
+    await host.system.close()

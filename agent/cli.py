@@ -85,6 +85,7 @@ def _local_options(args: argparse.Namespace):
         bootc=args.bootc,
         bootc_prefix=args.bootc_prefix,
         bus_address=args.bus_address,
+        kubelet_url=args.kubelet_healthz,
     )
 
 
@@ -180,6 +181,11 @@ def _host_flags(parser: argparse.ArgumentParser) -> None:
         help="command prefix to reach the host, e.g. 'nsenter -t 1 -m -u -i -n -p --' in a pod",
     )
     local.add_argument("--bus-address", help="D-Bus address (default: the system bus)")
+    local.add_argument(
+        "--kubelet-healthz",
+        help="after a boot, also require this URL to answer 200 "
+        "(cluster nodes: http://localhost:10248/healthz)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -97,3 +97,58 @@ async def test_update_on_real_host_adapters(
     assert status.booted_digest == D2
     assert await Engine(host).verify_boot() is None  # nothing waits for the next boot
     await host.system.close()
+
+
+async def test_kubelet_healthz_check(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    from agent.host.local import kubelet_healthy
+
+    answers = [500, 500, 200]
+
+    async def healthz(request: web.Request) -> web.Response:
+        code = answers.pop(0) if answers else 200
+        return web.Response(status=code, text="ok" if code == 200 else "not yet")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        url = f"http://127.0.0.1:{port}/healthz"
+        assert (await kubelet_healthy(url, deadline=5, interval=0.05)).ok
+        answers.extend([500] * 100)
+        failed = await kubelet_healthy(url, deadline=0.2, interval=0.05)
+        assert not failed.ok and "HTTP 500: not yet" in failed.detail
+    finally:
+        await runner.cleanup()
+    refused = await kubelet_healthy("http://127.0.0.1:9/healthz", deadline=0, interval=0.05)
+    assert not refused.ok
+
+
+def test_pod_mode_cli_writes_under_the_host_root(user_manager: UserManager, tmp_path: Path) -> None:  # noqa: F811
+    """`--host local --host-root DIR`, as in a pod with the host's / at /rootfs."""
+    import os
+    import subprocess
+    import sys
+
+    root = _root(tmp_path)
+    state = tmp_path / "bootc-state"
+    state.mkdir()
+    standin = StandinHost(state)
+    standin.bootc("internals", "standin-seed", f"{NAME}@{D1}", "1.0")
+    desired = tmp_path / "mc.json"
+    desired.write_text(json.dumps(machine_config(name="r1", image=f"{NAME}@{D1}", keys=["pod"])))
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source",
+         f"file:{desired}", "--host", "local", "--host-root", str(root), "--bootc", str(STANDIN),
+         "--bus-address", user_manager.address, "--once"],
+        env={**os.environ, **standin.env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (root / SSH).read_text() == "pod\n"
+    status = json.loads((root / "var/lib/image-mode-agent/status.json").read_text())
+    assert status["state"] == "Done"

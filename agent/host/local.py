@@ -5,10 +5,13 @@ namespaces through `nsenter` (a `--bootc-prefix`)."""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import aiohttp
 
 from agent.host.bootc import Bootc
 from agent.host.health import CheckRunner
@@ -26,21 +29,48 @@ class LocalOptions:
     bootc_prefix: str = ""  # e.g. POD_BOOTC_PREFIX in a privileged pod
     bus_address: str | None = None  # None: the system bus
     check_timeout: float = 300.0
+    kubelet_url: str | None = None  # e.g. http://localhost:10248/healthz
+
+
+async def kubelet_healthy(url: str, deadline: float, interval: float = 2.0) -> CheckResult:
+    """GET the kubelet's healthz until it answers 200 or the deadline passes (after a boot the
+    kubelet needs a while)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + deadline
+    detail = "no answer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        while True:
+            try:
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        return CheckResult("kubelet-healthz", True, "ok")
+                    detail = f"HTTP {resp.status}: {(await resp.text())[:100]}"
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                detail = str(exc) or type(exc).__name__
+            if loop.time() >= until:
+                return CheckResult("kubelet-healthz", True, False, f"{url}: {detail}")
+            await asyncio.sleep(interval)
 
 
 class HostHealth:
     """The admin checks plus what only a real host can tell: whether ostree finalized the
-    staged deployment (`ostree-boot-complete.service` not failed)."""
+    staged deployment (`ostree-boot-complete.service` not failed) and, where configured,
+    whether the kubelet comes up healthy."""
 
-    def __init__(self, runner: CheckRunner, systemd: Systemd) -> None:
+    def __init__(self, runner: CheckRunner, systemd: Systemd, kubelet_url: str | None = None,
+                 kubelet_deadline: float = 300.0) -> None:  # fmt: skip
         self.runner, self.systemd = runner, systemd
+        self.kubelet_url, self.kubelet_deadline = kubelet_url, kubelet_deadline
 
     async def run_checks(self) -> CheckReport:
-        report = await self.runner.run_checks()
         state = await self.systemd.unit_state("ostree-boot-complete.service")
         finalize = CheckResult("ostree-boot-complete.service", True, state.active_state != "failed",
                                f"{state.active_state}/{state.result}")  # fmt: skip
-        return CheckReport((finalize, *report.results))
+        results = [finalize]
+        if self.kubelet_url:
+            results.append(await kubelet_healthy(self.kubelet_url, self.kubelet_deadline))
+        report = await self.runner.run_checks()
+        return CheckReport((*results, *report.results))
 
 
 def local_host(options: LocalOptions, is_allowed: Callable[[str], bool]) -> tuple[Host, Systemd]:
@@ -58,6 +88,8 @@ def local_host(options: LocalOptions, is_allowed: Callable[[str], bool]) -> tupl
         files=RootedFiles(options.root, is_allowed),
         bootc=bootc,
         system=systemd,
-        health=HostHealth(CheckRunner(options.root, options.check_timeout), systemd),
+        health=HostHealth(
+            CheckRunner(options.root, options.check_timeout), systemd, options.kubelet_url
+        ),
     )
     return host, systemd

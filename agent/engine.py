@@ -218,6 +218,15 @@ class Engine:
                 await asyncio.to_thread(files.delete, step.path)
             self.log.info("live write", path=step.path, action=step.action)  # never contents
             self._did(f"live:{i}")
+        for step in plan.live:
+            # /etc is 3-way merged from the image's /usr/etc: a file we manage live that the
+            # image also ships there would have its image version silently shadowed.
+            if (
+                step.path.startswith("/etc/")
+                and await asyncio.to_thread(files.read, "/usr" + step.path) is not None
+            ):
+                self._event(f"warning: {step.path} is managed live but the booted image also "
+                            f"ships /usr{step.path}: the image's version is shadowed")  # fmt: skip
         for action in plan.follow_ups:
             await self.host.system.perform(action)
             self._did(f"action:{action}")

@@ -343,3 +343,19 @@ async def test_dry_run_writes_nothing(cluster: Cluster) -> None:
     assert cluster.node_writes() == 0
     assert cluster.reboots() == 0
     assert cluster.procs[-1].returncode is None
+
+
+async def test_staging_progress_reaches_the_reason(cluster: Cluster) -> None:
+    cluster.kube.enable_drain_controller()
+    slow = cluster.sim.add_image(f"{cluster.images['v1'].split('@')[0]}:slow", {},
+                                 pull_seconds=3)  # fmt: skip
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", slow)
+    cluster.set_desired("rendered-worker-2")
+    annotations = await cluster.wait_annotations(
+        lambda a: a.get(P + "reason", "").startswith("Staging image: ")
+    )
+    assert annotations[P + "state"] == "Working"
+    assert " MiB" in annotations[P + "reason"]
+    assert await exits(cluster.procs[-1]) == 3

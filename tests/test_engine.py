@@ -187,3 +187,12 @@ async def test_killed_at_every_step_converges(tmp_path: Path, scenario: str) -> 
         assert world.read(SSH) == b"new\n", where
         journal = json.loads((world.sim.root / "var/lib/image-mode-agent/journal.json").read_text())
         assert journal["phase"] in ("idle", "degraded"), where
+
+
+async def test_live_path_shadowing_an_image_file_is_reported(world: World) -> None:
+    (world.sim.root / "usr/etc/kubernetes").mkdir(parents=True)
+    (world.sim.root / "usr/etc/kubernetes/kubelet-ca.crt").write_text("from the image")
+    engine = world.engine()
+    desired = world.desired("r1", "v1", files=[ign_file("/etc/kubernetes/kubelet-ca.crt", "ca")])
+    assert (await engine.reconcile(desired)).state == DONE
+    assert any("/usr/etc/kubernetes/kubelet-ca.crt" in e for e in engine.hooks.events)

@@ -51,7 +51,9 @@ def track(cluster: Cluster) -> None:
 
 async def test_ssh_key_rotation_is_live(cluster: Cluster) -> None:
     await cluster.start_agent()
-    await cluster.wait_done("rendered-worker-1")
+    # The agent's first pass ends with its own Done patch (it adds reason="").
+    await cluster.wait_annotations(lambda a: a.get(P + "reason") == "")
+    await asyncio.sleep(0.3)
     writes_before = cluster.node_writes()
     events_before = cluster.kube.count_requests(verb="create", resource="events")
     cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])

@@ -101,7 +101,7 @@ class ClusterAgent:
                                            wait=wait_random(0.01, 0.2),
                                            stop=stop_after_attempt(8), reraise=True):  # fmt: skip
             with attempt:
-                await self.node_api.patch(node_path(self.name), body)
+                await self.node.observe(await self.node_api.patch(node_path(self.name), body))
 
     async def _set_state(self, state: str, reason: str = "", **extra: str | None) -> None:
         node = A.NodeView.of(self.node.obj or {})

@@ -40,13 +40,26 @@ class ObjectWatch:
         self._max_backoff = max_backoff
         self.log = structlog.get_logger("watch").bind(collection=collection, name=name)
 
-    async def _set(self, obj: dict[str, Any] | None) -> None:
+    async def _set(self, obj: dict[str, Any] | None, notify: bool = True) -> None:
         async with self._changed:
             self.obj, self.missing = obj, obj is None
             self.synced.set()
             self._changed.notify_all()
-        if self._on_change is not None:
+        if notify and self._on_change is not None:
             self._on_change()
+
+    @staticmethod
+    def _version(obj: dict[str, Any] | None) -> int:
+        try:
+            return int((obj or {}).get("metadata", {}).get("resourceVersion") or 0)
+        except ValueError:
+            return 0
+
+    async def observe(self, obj: dict[str, Any]) -> None:
+        """Take the object our own write returned, when newer than what the watch delivered:
+        the next decision must not act on the state from before that write."""
+        if self._version(obj) > self._version(self.obj):
+            await self._set(obj, notify=False)
 
     async def _list(self) -> None:
         listing = await self.kube.get(self.collection, fieldSelector=f"metadata.name={self.name}")
@@ -65,7 +78,10 @@ class ObjectWatch:
                     raise _Relist(f"ERROR event: {obj.get('code')} {obj.get('message', '')}")
                 self._rv = obj.get("metadata", {}).get("resourceVersion") or self._rv
                 if kind in ("ADDED", "MODIFIED"):
-                    await self._set(obj)
+                    # An event older than the object our own write returned (observe) would
+                    # roll the cache back. resourceVersions are etcd revisions: comparable.
+                    if self._version(obj) >= self._version(self.obj):
+                        await self._set(obj)
                 elif kind == "DELETED":
                     await self._set(None)
         except KubeError as exc:

@@ -196,7 +196,7 @@ class Engine:
         """Run `plan` from the APPLYING_LIVE phase on."""
         await self._apply_live(plan)
         if plan.verdict != "image":
-            return await self._commit(rec.to(Phase.COMMITTING))
+            return await self._commit(rec.to(Phase.COMMITTING), plan)
         return await self._stage(rec.to(Phase.STAGING), plan)
 
     async def _apply_live(self, plan: Plan) -> None:
@@ -281,7 +281,7 @@ class Engine:
         self._event(why)
         return Outcome(REBOOTING, why, plan=plan, current_config=rec.current_name)
 
-    async def _commit(self, rec: Record) -> Outcome:
+    async def _commit(self, rec: Record, plan: Plan | None = None) -> Outcome:
         rec = self._save(rec)
         write_atomic(self._current_path, self._pending_path.read_bytes())
         self._did("commit")
@@ -297,7 +297,9 @@ class Engine:
         )
         self._pending_path.unlink(missing_ok=True)
         self._event(f"update to {rec.config_name} committed")
-        return Outcome(DONE, current_config=rec.current_name, current_image=rec.current_image)
+        return Outcome(
+            DONE, plan=plan, current_config=rec.current_name, current_image=rec.current_image
+        )
 
     async def verify_boot(self) -> Outcome | None:
         """The boot-time verifier's entry: finish an update waiting for this boot (verify,

@@ -57,17 +57,18 @@ async def open_host(spec: str, allowlist: Allowlist, local: LocalOptions | None 
     raise InputError(f"unknown host {spec!r}: expected simulated:DIR or local", field="--host")
 
 
-async def watchdog(interval_hint: float | None = None) -> None:
-    """READY=1 once, then WATCHDOG=1 at half the interval systemd asked for (Type=notify)."""
-    from agent.host.systemd import Notifier
+async def watchdog() -> None:
+    """READY=1 once, then WATCHDOG=1 as often as the unit's WatchdogSec asks (Type=notify);
+    nothing when not started by systemd."""
+    from agent.host.notify import Notifier
 
     notifier = Notifier()
-    if not notifier.enabled():
+    if not notifier.enabled:
         return
     notifier.ready("reconciling")
-    interval = notifier.watchdog_interval() or interval_hint
+    interval = notifier.watchdog_interval()
     while interval:
-        await asyncio.sleep(interval / 2)
+        await asyncio.sleep(interval)
         notifier.watchdog()
 
 

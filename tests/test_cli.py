@@ -241,3 +241,26 @@ def test_demo_file_mode_runs_and_passes() -> None:
         "demo passed: 3 reboots in all",
     ):
         assert line in done.stdout
+
+
+def test_run_tells_systemd_ready_and_pets_the_watchdog(tmp_path: Path, host) -> None:
+    import socket as sock
+
+    sim, images = host
+    desired = write(tmp_path / "mc.json", machine_config(keys=["k"], image=images["v1"]))
+    listener = sock.socket(sock.AF_UNIX, sock.SOCK_DGRAM)
+    listener.bind(str(tmp_path / "notify"))
+    listener.settimeout(20)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source",
+         f"file:{desired}", "--host", f"simulated:{sim}"],
+        env={**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "400000"},
+    )  # fmt: skip
+    try:
+        messages = [listener.recv(4096).decode() for _ in range(3)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        listener.close()
+    assert messages[0].startswith("READY=1")
+    assert messages[1:] == ["WATCHDOG=1", "WATCHDOG=1"]

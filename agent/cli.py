@@ -78,6 +78,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _local_options(args: argparse.Namespace):
+    if args.host != "local":
+        return None  # the real-host adapters (dbus-fast, aiohttp) load only for a real host
     from agent.host.local import LocalOptions
 
     return LocalOptions(

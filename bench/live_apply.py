@@ -74,6 +74,10 @@ async def main(runs: int) -> int:
         print(f"agent API requests per update: reads median {statistics.median(reads):g} "
               f"(max {max(reads)}), writes median {statistics.median(writes):g} "
               f"(max {max(writes)}) (target <= 6 writes)")  # fmt: skip
+        pid = cluster.procs[-1].pid
+        rss = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("VmRSS:"))  # fmt: skip
+        print(f"agent resident memory after the runs (cluster mode): {int(rss) / 1024:.1f} MiB")
         return 0
     except (TimeoutError, KubeError) as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)

@@ -68,6 +68,8 @@ async def test_ssh_key_rotation_is_live(cluster: Cluster) -> None:
     events = cluster.kube.count_requests(verb="create", resource="events") - events_before
     assert node_writes == 2  # Working, then the one Done patch
     assert node_writes + events <= 6
+    reasons = [e["reason"] for e in cluster.kube.list("events", "default")]
+    assert "SkipReboot" in reasons and "NodeDone" in reasons
     assert not cluster.kube.get("Node", cluster.node)["spec"].get("unschedulable")
 
 

@@ -7,6 +7,7 @@ it with nsenter (the container is not registered with machined: the host has no 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -125,7 +126,7 @@ class Machine:
                 console = open(self.workdir / f"console-{self.boots}.log", "w")  # noqa: SIM115
                 self.proc = subprocess.Popen(
                     self._nspawn_cmd(), stdin=subprocess.DEVNULL, stdout=console,
-                    stderr=subprocess.STDOUT,
+                    stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
                 )  # fmt: skip
             rc = self.proc.wait()
             console.close()
@@ -257,6 +258,16 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except FileNotFoundError:
         return ""
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the harness thread that started it dies, so a
+    killed run leaves no container or registry behind (SIGTERM halts an nspawn container)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

@@ -14,6 +14,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.system.machine import die_with_parent
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -57,7 +59,10 @@ class Registry:
         )
         log = open(self.workdir / "registry.log", "w")  # noqa: SIM115 (lives with the process)
         self.proc = subprocess.Popen(
-            ["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
+            ["docker-registry", "serve", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -20,7 +20,7 @@ def test_journal_logger_sends_structured_fields() -> None:
     sent: list[dict] = []
     logger = JournalLogger(lambda **fields: sent.append(fields))
     logger.msg(event="reconciled", level="warning", state="Done", phase="idle")
-    assert sent == [{"MESSAGE": "reconciled", "PRIORITY": "4", "SYSLOG_IDENTIFIER":
+    assert sent == [{"MESSAGE": "reconciled state=Done phase=idle", "PRIORITY": "4", "SYSLOG_IDENTIFIER":
                      "image-mode-agent", "STATE": "Done", "PHASE": "idle"}]  # fmt: skip
 
 

@@ -32,7 +32,9 @@ class JournalLogger:
         message = str(event.pop("event", ""))
         level = str(event.pop("level", "info"))
         fields = {journal_field(k): str(v) for k, v in event.items()}
-        self._send(MESSAGE=message, PRIORITY=str(_PRIORITY.get(level, 6)),
+        # The fields are for queries (journalctl STATE=Degraded); people read MESSAGE.
+        details = " ".join(f"{k}={v}" for k, v in event.items())
+        self._send(MESSAGE=f"{message} {details}".rstrip(), PRIORITY=str(_PRIORITY.get(level, 6)),
                    SYSLOG_IDENTIFIER="image-mode-agent", **fields)  # fmt: skip
 
     info = debug = warning = error = critical = exception = msg

@@ -20,8 +20,15 @@ def test_journal_logger_sends_structured_fields() -> None:
     sent: list[dict] = []
     logger = JournalLogger(lambda **fields: sent.append(fields))
     logger.msg(event="reconciled", level="warning", state="Done", phase="idle")
-    assert sent == [{"MESSAGE": "reconciled state=Done phase=idle", "PRIORITY": "4", "SYSLOG_IDENTIFIER":
-                     "image-mode-agent", "STATE": "Done", "PHASE": "idle"}]  # fmt: skip
+    assert sent == [
+        {
+            "MESSAGE": "reconciled state=Done phase=idle",
+            "PRIORITY": "4",
+            "SYSLOG_IDENTIFIER": "image-mode-agent",
+            "STATE": "Done",
+            "PHASE": "idle",
+        }
+    ]
 
 
 def test_json_lines_when_not_a_tty(capsys) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -126,7 +127,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         host = await open_host(args.host, Allowlist(), _local_options(args))
-        return await run_verify(host, args.max_boot_attempts)
+        node = args.node_name or os.environ.get("NODE_NAME")
+        return await run_verify(
+            host, args.max_boot_attempts, args.kubeconfig, node, args.node_ready_deadline
+        )
 
     return asyncio.run(main())
 
@@ -243,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--host", default="local", help="local (default) or simulated:DIR")
     verify.add_argument("--max-boot-attempts", type=int, default=1)
+    verify.add_argument("--kubeconfig", help="cluster mode: the Node must also report Ready")
+    verify.add_argument("--node-name", help="this node's name (default: $NODE_NAME)")
+    verify.add_argument("--node-ready-deadline", type=float, default=600.0, help="seconds")
     verify.set_defaults(func=cmd_verify)
     _host_flags(verify)
 

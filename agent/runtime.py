@@ -72,11 +72,32 @@ async def watchdog() -> None:
         notifier.watchdog()
 
 
-async def run_verify(host: Host, max_boot_attempts: int) -> int:
+async def run_verify(
+    host: Host,
+    max_boot_attempts: int,
+    kubeconfig: str | None = None,
+    node_name: str | None = None,
+    node_deadline: float = 600.0,
+) -> int:
     """The boot-time verifier: 0 when this boot is good (or nothing waited for it), 1 when it
-    is not and a rollback or another boot was asked for."""
-    engine = Engine(host, max_boot_attempts=max_boot_attempts)
-    outcome = await engine.verify_boot()
+    is not and a rollback or another boot was asked for. With a kubeconfig and a node name,
+    the Node must also report Ready."""
+    kube = None
+    if kubeconfig and node_name:
+        from agent.cluster.kube import Kube
+        from agent.cluster.ready import node_ready_check
+        from agent.host.health import WithExtraChecks
+
+        kube = await Kube.connect(kubeconfig)
+        host.health = WithExtraChecks(
+            host.health, lambda: node_ready_check(kube, node_name, node_deadline)
+        )
+    try:
+        engine = Engine(host, max_boot_attempts=max_boot_attempts)
+        outcome = await engine.verify_boot()
+    finally:
+        if kube is not None:
+            await kube.close()
     if outcome is None:
         print("verify: no update was waiting for this boot")
         return EXIT_DONE

@@ -104,7 +104,7 @@ class ObjectWatch:
         """Forever; API faults only delay it."""
         retrying = AsyncRetrying(
             retry=retry_if_exception_type((*TRANSIENT, KubeError)),
-            wait=wait_exponential_jitter(initial=0.1, max=self._max_backoff),
+            wait=wait_exponential_jitter(multiplier=0.1, max=self._max_backoff, jitter=0.5),
             before_sleep=lambda state: self.log.warning(
                 "watch failed; retrying",
                 error=str(state.outcome.exception()),

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from agent.host.ports import CheckReport, CheckResult
+from agent.host.ports import CheckReport, CheckResult, HealthPort
 
 CHECK_DIR = "etc/image-mode-agent/check"
 
@@ -51,3 +52,15 @@ class CheckRunner:
         results = [await self._run(p, True) for p in self._executables("required")]
         results += [await self._run(p, False) for p in self._executables("wanted")]
         return CheckReport(tuple(results))
+
+
+class WithExtraChecks:
+    """A health port plus more required checks (e.g. the Node is Ready, in cluster mode)."""
+
+    def __init__(self, inner: HealthPort, *extra: Callable[[], Awaitable[CheckResult]]) -> None:
+        self.inner, self.extra = inner, extra
+
+    async def run_checks(self) -> CheckReport:
+        report = await self.inner.run_checks()
+        results = [await check() for check in self.extra]
+        return CheckReport((*report.results, *results))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from agent.cluster.kube import TRANSIENT, Kube, KubeError
 
@@ -104,7 +104,7 @@ class ObjectWatch:
         """Forever; API faults only delay it."""
         retrying = AsyncRetrying(
             retry=retry_if_exception_type((*TRANSIENT, KubeError)),
-            wait=wait_exponential_jitter(multiplier=0.1, max=self._max_backoff, jitter=0.5),
+            wait=wait_exponential(multiplier=0.1, max=self._max_backoff) + wait_random(0, 0.5),
             before_sleep=lambda state: self.log.warning(
                 "watch failed; retrying",
                 error=str(state.outcome.exception()),

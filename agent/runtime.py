@@ -7,9 +7,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
@@ -124,21 +125,30 @@ async def run_cluster_source(host: Host, allowlist: Allowlist, args: object) -> 
         max_boot_attempts=getattr(args, "max_boot_attempts", 1),
     )
     agent = ClusterAgent(api, node_api, host, allowlist, options)
+    try:
+        return await until_signalled(agent.run())
+    finally:
+        await api.close()
+        if node_api is not api:
+            await node_api.close()
+
+
+async def until_signalled(work: Coroutine[Any, Any, int]) -> int:
+    """Run `work`; SIGTERM or SIGINT cancel it at its next await and the process exits 0.
+    The journal makes stopping safe at any point."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, task.cancel)
     try:
-        return await agent.run()
+        return await work
     except asyncio.CancelledError:
+        structlog.get_logger("agent").info("stopped by signal")
         return EXIT_DONE
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        await api.close()
-        if node_api is not api:
-            await node_api.close()
 
 
 def write_status(host: Host, outcome: Outcome, phase: str) -> None:
@@ -165,21 +175,8 @@ def _exit_code(outcome: Outcome) -> int:
 async def run_file_source(
     path: Path, host: Host, options: RunOptions, out: TextIO = sys.stdout
 ) -> int:
-    """Reconcile PATH until stopped (or once). Returns the process exit code. SIGTERM stops
-    it between steps' awaits; the journal makes that safe at any point."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
-    try:
-        return await _reconcile_loop(path, host, options, out)
-    except asyncio.CancelledError:
-        structlog.get_logger("agent").info("stopped by signal")
-        return EXIT_DONE
-    finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
+    """Reconcile PATH until stopped (or once). Returns the process exit code."""
+    return await until_signalled(_reconcile_loop(path, host, options, out))
 
 
 async def _reconcile_loop(path: Path, host: Host, options: RunOptions, out: TextIO) -> int:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from agent.errors import InputError
 from agent.model.dataurl import decode_data_url, decompress
 
+T = TypeVar("T")
 SUPPORTED_MINORS = range(0, 6)  # Ignition spec 3.0 to 3.5
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:-experimental)?")
 _USER_FIELDS = frozenset({"name", "sshAuthorizedKeys", "passwordHash"})
@@ -189,6 +191,21 @@ def _user(raw: Any, where: str) -> User:
     return User(name, tuple(keys), password, others)
 
 
+def _keyed(raw: Any, where: str, parse: Callable[[Any, str], T], key: str) -> dict[str, T]:
+    """A list of entries, each parsed and keyed by a field that must be unique."""
+    if raw is None:
+        return {}
+    _expect(raw, list, where, "a list")
+    out: dict[str, T] = {}
+    for i, item in enumerate(raw):
+        entry = parse(item, f"{where}[{i}]")
+        name = getattr(entry, key)
+        if name in out:
+            raise InputError(f"duplicate {key} {name!r}", field=f"{where}[{i}]")
+        out[name] = entry
+    return out
+
+
 def parse_ignition(raw: Any, where: str = "config") -> IgnitionConfig:
     """Parse an Ignition config object. Versions other than 3.0-3.5 parse to an unsupported
     config (only the version is read) so that the planner can refuse them with a reason."""
@@ -208,25 +225,10 @@ def parse_ignition(raw: Any, where: str = "config") -> IgnitionConfig:
 
     storage = raw.get("storage") or {}
     _expect(storage, dict, f"{where}.storage", "an object")
-    files: dict[str, FileEntry] = {}
-    raw_files = storage.get("files") or []
-    _expect(raw_files, list, f"{where}.storage.files", "a list")
-    for i, raw_file in enumerate(raw_files):
-        entry = _file(raw_file, f"{where}.storage.files[{i}]")
-        if entry.path in files:
-            raise InputError(f"duplicate path {entry.path!r}", field=f"{where}.storage.files[{i}]")
-        files[entry.path] = entry
-
+    files = _keyed(storage.get("files"), f"{where}.storage.files", _file, "path")
     systemd = raw.get("systemd") or {}
     _expect(systemd, dict, f"{where}.systemd", "an object")
-    units: dict[str, Unit] = {}
-    raw_units = systemd.get("units") or []
-    _expect(raw_units, list, f"{where}.systemd.units", "a list")
-    for i, raw_unit in enumerate(raw_units):
-        unit = _unit(raw_unit, f"{where}.systemd.units[{i}]")
-        if unit.name in units:
-            raise InputError(f"duplicate unit {unit.name!r}", field=f"{where}.systemd.units[{i}]")
-        units[unit.name] = unit
+    units = _keyed(systemd.get("units"), f"{where}.systemd.units", _unit, "name")
 
     passwd = raw.get("passwd") or {}
     _expect(passwd, dict, f"{where}.passwd", "an object")

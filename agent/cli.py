@@ -109,15 +109,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
 
     async def main() -> int:
+        from agent.observe.http import StatusBoard, serve
+
         allowlist = Allowlist()
         host = await open_host(args.host, allowlist, _local_options(args))
+        board = StatusBoard()
+        endpoints = None if args.dry_run and args.once else await serve(board, args.listen)
         beat = asyncio.create_task(watchdog())
         try:
             if args.source == "kube":
-                return await run_cluster_source(host, allowlist, args)
-            return await run_file_source(Path(arg), host, options)
+                return await run_cluster_source(host, allowlist, args, board)
+            return await run_file_source(Path(arg), host, options, board=board)
         finally:
             beat.cancel()
+            if endpoints is not None:
+                await endpoints.cleanup()
 
     return asyncio.run(main())
 
@@ -224,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--image", help="target image instead of the document's spec.osImageURL")
     run.add_argument("--max-boot-attempts", type=int, default=1,
                      help="boots of a new image whose checks fail before rolling back")  # fmt: skip
+    run.add_argument(
+        "--listen",
+        default="127.0.0.1:8797",
+        help="HOST:PORT of /healthz, /readyz, /metrics, /status ('' to turn off)",
+    )
     run.add_argument("--poll-interval", type=float, default=1.0, help="seconds between checks "
                      "of the source file")  # fmt: skip
     cluster = run.add_argument_group("cluster mode (--source kube)")

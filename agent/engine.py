@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -49,7 +51,10 @@ class Hooks:
     checkpoint: Callable[[str], None] = lambda label: None
     progress: Callable[[Progress], None] = lambda progress: None
     before_disruption: Callable[[Desired], object] | None = None
-    events: list[str] = field(default_factory=list)
+    events: deque[str] = field(default_factory=lambda: deque(maxlen=200))  # recent, for people
+    # (kind, text) for counters: staged, stage-failed, reboot-failed, committed, rolled-back,
+    # degraded; `seconds` is the update's duration when it ends.
+    notice: Callable[[str, str, float | None], None] = lambda kind, text, seconds: None
 
 
 class Engine:
@@ -111,6 +116,10 @@ class Engine:
 
     def _did(self, what: str) -> None:
         self.hooks.checkpoint(f"did:{what}")
+
+    def _notice(self, kind: str, text: str, rec: Record | None = None) -> None:
+        seconds = time.time() - rec.started if rec is not None and rec.started else None
+        self.hooks.notice(kind, text, seconds)
 
     def _event(self, text: str) -> None:
         self.hooks.events.append(text)
@@ -180,6 +189,7 @@ class Engine:
         rec = self._save(
             Record(
                 phase=Phase.APPLYING_LIVE,
+                started=time.time(),
                 update_key=desired.key,
                 config_name=name,
                 target=str(desired.target) if desired.target else None,
@@ -242,10 +252,12 @@ class Engine:
         except HostError as exc:
             cause = f"staging {target} failed ({exc.kind}): {exc}"
             self._save(rec.to(Phase.DEGRADED, cause=cause))
+            self._notice("stage-failed", cause)
             return Outcome(DEGRADED, cause, plan=plan, current_config=rec.current_name,
                            retryable=True)  # fmt: skip
         self._did("stage")
         self._event(f"staged {target}")
+        self._notice("staged", str(target))
         if self.hooks.before_disruption is not None:
             result = self.hooks.before_disruption(self._pending())
             if asyncio.iscoroutine(result):
@@ -276,7 +288,11 @@ class Engine:
                     reboots=rec.reboots + 1,
                 )
             )
-        await self.host.system.reboot(soft=soft)
+        try:
+            await self.host.system.reboot(soft=soft)
+        except HostError as exc:
+            self._notice("reboot-failed", str(exc))
+            raise
         self._did("reboot")
         self._event(why)
         return Outcome(REBOOTING, why, plan=plan, current_config=rec.current_name)
@@ -297,6 +313,7 @@ class Engine:
         )
         self._pending_path.unlink(missing_ok=True)
         self._event(f"update to {rec.config_name} committed")
+        self._notice("committed", rec.config_name or "", rec)
         return Outcome(
             DONE, plan=plan, current_config=rec.current_name, current_image=rec.current_image
         )
@@ -378,6 +395,8 @@ class Engine:
         self._save(rec.to(Phase.DEGRADED, cause=cause, failed=failed))
         self._pending_path.unlink(missing_ok=True)
         self._event(f"degraded: {cause}")
+        self._notice("rolled-back" if rec.phase == Phase.ROLLBACK_REBOOTING else "degraded",
+                     cause, rec)  # fmt: skip
         return Outcome(DEGRADED, cause, current_config=rec.current_name,
                        current_image=rec.current_image)  # fmt: skip
 

@@ -41,6 +41,7 @@ IN_FLIGHT = frozenset(
 @dataclass(frozen=True)
 class Record:
     phase: Phase = Phase.IDLE
+    started: float | None = None  # wall-clock start of the update, for its duration
     update_key: str | None = None  # the desired state (config + target) this record is about
     config_name: str | None = None
     target: str | None = None  # digest-pinned image being rolled out

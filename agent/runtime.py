@@ -19,6 +19,7 @@ from agent.engine import DEGRADED, DONE, REBOOTING, UNRECONCILABLE, WORKING, Eng
 from agent.errors import HostError, InputError
 from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
+from agent.observe.http import StatusBoard
 from agent.policy import Allowlist
 from agent.sources.file import FileWatch, load_desired
 
@@ -106,7 +107,9 @@ async def run_verify(
     return 1 if outcome.state == REBOOTING else EXIT_DONE
 
 
-async def run_cluster_source(host: Host, allowlist: Allowlist, args: object) -> int:
+async def run_cluster_source(
+    host: Host, allowlist: Allowlist, args: object, board: StatusBoard | None = None
+) -> int:
     """`run --source kube`: credentials, the Node's name, then the cluster agent."""
     from agent.cluster.agent import ClusterAgent, ClusterOptions
     from agent.cluster.kube import Kube
@@ -124,7 +127,7 @@ async def run_cluster_source(host: Host, allowlist: Allowlist, args: object) -> 
         dry_run=getattr(args, "dry_run", False),
         max_boot_attempts=getattr(args, "max_boot_attempts", 1),
     )
-    agent = ClusterAgent(api, node_api, host, allowlist, options)
+    agent = ClusterAgent(api, node_api, host, allowlist, options, board or StatusBoard())
     try:
         return await until_signalled(agent.run())
     finally:
@@ -151,19 +154,19 @@ async def until_signalled(work: Coroutine[Any, Any, int]) -> int:
             loop.remove_signal_handler(signum)
 
 
-def write_status(host: Host, outcome: Outcome, phase: str) -> None:
-    """`status.json` beside the journal: what `image-mode-agent status` and people read."""
-    write_json(
-        host.state_dir / "status.json",
-        {
-            "state": outcome.state,
-            "reason": outcome.reason,
-            "phase": phase,
-            "currentConfig": outcome.current_config,
-            "currentImage": outcome.current_image,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
-    )
+def write_status(host: Host, outcome: Outcome, phase: str, board: StatusBoard) -> None:
+    """`status.json` beside the journal (what `image-mode-agent status` reads) and the
+    status board behind `/status` and `/metrics`."""
+    status = {
+        "state": outcome.state,
+        "reason": outcome.reason,
+        "phase": phase,
+        "currentConfig": outcome.current_config,
+        "currentImage": outcome.current_image,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_json(host.state_dir / "status.json", status)
+    board.publish(status)
 
 
 def _exit_code(outcome: Outcome) -> int:
@@ -173,15 +176,23 @@ def _exit_code(outcome: Outcome) -> int:
 
 
 async def run_file_source(
-    path: Path, host: Host, options: RunOptions, out: TextIO = sys.stdout
+    path: Path,
+    host: Host,
+    options: RunOptions,
+    out: TextIO = sys.stdout,
+    board: StatusBoard | None = None,
 ) -> int:
     """Reconcile PATH until stopped (or once). Returns the process exit code."""
-    return await until_signalled(_reconcile_loop(path, host, options, out))
+    return await until_signalled(_reconcile_loop(path, host, options, out, board or StatusBoard()))
 
 
-async def _reconcile_loop(path: Path, host: Host, options: RunOptions, out: TextIO) -> int:
+async def _reconcile_loop(
+    path: Path, host: Host, options: RunOptions, out: TextIO, board: StatusBoard
+) -> int:
     log = structlog.get_logger("agent")
-    engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=Hooks())
+    metrics = board.metrics
+    hooks = Hooks(notice=metrics.notice, progress=metrics.record_progress)
+    engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=hooks)
     watch = FileWatch(path, options.poll_interval)
     failures = 0
     while True:
@@ -204,7 +215,7 @@ async def _reconcile_loop(path: Path, host: Host, options: RunOptions, out: Text
             print(outcome.reason, file=out)
             return EXIT_DONE
         phase = str(engine.journal.load().phase)
-        write_status(host, outcome, phase)
+        write_status(host, outcome, phase, board)
         log.info("reconciled", state=outcome.state, reason=outcome.reason, phase=phase)
         if outcome.state in (DEGRADED, UNRECONCILABLE) and options.once:
             print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)

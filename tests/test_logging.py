@@ -54,7 +54,7 @@ async def test_secret_contents_never_reach_logs_events_or_reasons(tmp_path) -> N
         outcome = await world.converge(desired)
     assert outcome.state == "Done"
     assert (world.sim.root / "run/ostree/auth.json").read_text() == secret
-    text = json.dumps(logs) + json.dumps(engine.hooks.events) + outcome.reason
+    text = json.dumps(logs) + json.dumps(list(engine.hooks.events)) + outcome.reason
     text += (world.sim.root / "var/lib/image-mode-agent/journal.json").read_text()
     text += (world.sim.base / "actions.log").read_text()
     assert "c3VwZXJzZWNyZXQ=" not in text

@@ -33,6 +33,7 @@ from agent.errors import HostError, InputError
 from agent.host.ports import Host, Progress
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import machine_config_from_object
+from agent.observe.http import StatusBoard
 from agent.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
 
 NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
@@ -51,7 +52,8 @@ class ClusterOptions:
 
 class ClusterAgent:
     def __init__(self, api: Kube, node_api: Kube, host: Host, allowlist: Allowlist,
-                 options: ClusterOptions) -> None:  # fmt: skip
+                 options: ClusterOptions, board: StatusBoard | None = None) -> None:  # fmt: skip
+        self.board = board or StatusBoard()
         self.api, self.node_api, self.host = api, node_api, host
         self.allowlist, self.options = allowlist, options
         self.name = options.node_name
@@ -77,7 +79,8 @@ class ClusterAgent:
                 self.node, self.patch_node, options.drain_timeout, options.uncordon_timeout
             )
         )
-        hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress)
+        hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
+                      notice=self.board.metrics.notice)  # fmt: skip
         self.engine = Engine(host, policy=allowlist.policy,
                              max_boot_attempts=options.max_boot_attempts, hooks=hooks)  # fmt: skip
         self._progress_at = 0.0
@@ -116,6 +119,7 @@ class ClusterAgent:
     def _on_progress(self, progress: Progress) -> None:
         """Staging progress into `reason` ("Staging image: 412/1380 MiB"), at most every 5 s
         and never two writes in flight, so a fast pull does not flood the API server."""
+        self.board.metrics.record_progress(progress)
         now = asyncio.get_running_loop().time()
         busy = self._progress_task is not None and not self._progress_task.done()
         if busy or now - self._progress_at < 5.0 or self.options.dry_run:
@@ -141,6 +145,7 @@ class ClusterAgent:
                 except (KubeError, *TRANSIENT) as exc:
                     self.log.warning("sync failed; retrying", error=str(exc))
                     outcome = Outcome(DEGRADED, str(exc), retryable=True)
+                self._publish(outcome)
                 if outcome is not None and outcome.state == REBOOTING:
                     return 3
                 timeout = None
@@ -153,6 +158,22 @@ class ClusterAgent:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _publish(self, outcome: Outcome | None) -> None:
+        """The Node's view plus the journal's phase, for /status and /metrics."""
+        node = A.NodeView.of(self.node.obj or {})
+        self.board.publish({
+            "state": node.get(A.STATE) or (outcome.state if outcome else ""),
+            "reason": node.get(A.REASON) or "",
+            "phase": str(self.engine.journal.load().phase),
+            "currentConfig": node.get(A.CURRENT_CONFIG),
+            "desiredConfig": node.desired_config,
+            "currentImage": node.get(A.CURRENT_IMAGE),
+            "desiredImage": node.get(A.DESIRED_IMAGE),
+        })  # fmt: skip
+        for kube, who in ((self.api, "reads"), (self.node_api, "node")):
+            self.board.metrics.api_requests.labels(f"{who}-get").set(kube.counter.reads)
+            self.board.metrics.api_requests.labels(f"{who}-write").set(kube.counter.writes)
 
     # -- one pass ----------------------------------------------------------------------------
     async def sync(self) -> Outcome | None:

@@ -1,0 +1,84 @@
+"""Prometheus metrics, per agent (a registry of its own: two agents in one process do not
+share series). The MCD's `mcd_*` names where the meaning matches, so existing alerts
+(MCDRebootError, MCDPivotError) keep working; `image_mode_agent_*` for the rest."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from agent.host.ports import Progress
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.state = Gauge("mcd_state", "Time of the last state change, by state and reason",
+                           ["state", "reason"], registry=r)  # fmt: skip
+        self.update_state = Gauge("mcd_update_state", "Time of the last update result",
+                                  ["config", "err"], registry=r)  # fmt: skip
+        self.reboots_failed = Counter("mcd_reboots_failed", "Reboot requests that failed",
+                                      registry=r)  # fmt: skip
+        self.pivot_errors = Gauge("mcd_pivot_errors_total", "Staging failures since the last "
+                                  "success (a gauge, as the MCD's)", registry=r)  # fmt: skip
+        self.config_drift = Gauge("mcd_config_drift", "Time config drift was detected (0: none)",
+                                  registry=r)  # fmt: skip
+        self.phase = Gauge("image_mode_agent_phase", "1 for the journal's current phase",
+                           ["phase"], registry=r)  # fmt: skip
+        self.staging_bytes = Gauge("image_mode_agent_staging_bytes", "Staging progress",
+                                   ["kind"], registry=r)  # fmt: skip
+        self.update_seconds = Histogram(
+            "image_mode_agent_update_duration_seconds", "From the first step of an update to "
+            "its end (a reboot in between included)", ["verdict"], registry=r,
+            buckets=(0.05, 0.25, 1, 5, 30, 120, 600, 1800, 3600),
+        )  # fmt: skip
+        self.rollbacks = Counter("image_mode_agent_rollbacks", "Automatic rollbacks",
+                                 registry=r)  # fmt: skip
+        self.api_requests = Gauge("image_mode_agent_api_requests", "Kubernetes API requests "
+                                  "made, by kind", ["kind"], registry=r)  # fmt: skip
+        self._last_state: tuple[str, str] | None = None
+        self._phase: str | None = None
+
+    def record_state(self, state: str, reason: str) -> None:
+        key = (state, reason[:100])
+        if key == self._last_state:
+            return
+        if self._last_state is not None:
+            self.state.remove(*self._last_state)  # one series: the current state
+        self.state.labels(*key).set(time.time())
+        self._last_state = key
+
+    def record_phase(self, phase: str) -> None:
+        if phase == self._phase:
+            return
+        if self._phase is not None:
+            self.phase.labels(self._phase).set(0)
+        self.phase.labels(phase).set(1)
+        self._phase = phase
+
+    def record_progress(self, progress: Progress) -> None:
+        self.staging_bytes.labels("done").set(progress.done_bytes)
+        self.staging_bytes.labels("total").set(progress.total_bytes)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def notice(self, kind: str, text: str, seconds: float | None) -> None:
+        """The engine's notices (Hooks.notice) as counters and gauges."""
+        now = time.time()
+        match kind:
+            case "staged":
+                self.pivot_errors.set(0)
+            case "stage-failed":
+                self.pivot_errors.inc()
+            case "reboot-failed":
+                self.reboots_failed.inc()
+            case "rolled-back":
+                self.rollbacks.inc()
+        if kind == "committed":
+            self.update_state.labels(text, "").set(now)
+        elif kind in ("rolled-back", "degraded"):
+            self.update_state.labels("", text[:100]).set(now)
+        if seconds is not None:
+            self.update_seconds.labels(kind).observe(seconds)

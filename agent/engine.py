@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import structlog
 
@@ -39,7 +40,6 @@ class Outcome:
     current_config: str | None = None
     current_image: str | None = None
     retryable: bool = False  # a Degraded that may heal by trying again (registry, disk...)
-    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -77,11 +77,11 @@ class Engine:
 
     # -- stored configs ------------------------------------------------------------------
     @property
-    def _current_path(self):
+    def _current_path(self) -> Path:
         return self.host.state_dir / "current-config"
 
     @property
-    def _pending_path(self):
+    def _pending_path(self) -> Path:
         return self.host.state_dir / "pending-config"
 
     def current_config(self) -> MachineConfig | None:

@@ -160,13 +160,27 @@ class Machine:
 
     def wait_booted(self, boot: int, timeout: float = 60) -> dict:
         """The stand-in bootc's boot record of boot number `boot` (1-based)."""
+
+        def booted() -> dict | None:
+            records = self.boot_records()
+            if len(records) >= boot:
+                return records[boot - 1]
+            if not self.running:  # nspawn ended without a reboot: waiting is pointless
+                raise MachineError(
+                    f"the machine stopped before boot {boot} (exit codes {self.exit_codes}); "
+                    f"console: {self.console_tail()}"
+                )
+            return None
+
         record = self.wait_for(
-            lambda: len(self.boot_records()) >= boot and self.boot_records()[boot - 1],
-            timeout,
-            f"boot {boot} (boots seen: {self.boots}, exits: {self.exit_codes})",
+            booted, timeout, f"boot {boot} (boots seen: {self.boots}, exits: {self.exit_codes})"
         )
         assert isinstance(record, dict)
         return record
+
+    def console_tail(self, lines: int = 6) -> str:
+        text = (self.workdir / f"console-{self.boots}.log").read_text(errors="replace")
+        return " | ".join(text.strip().splitlines()[-lines:])
 
     def boot_records(self) -> list[dict]:
         text = self.read("/var/lib/standin-bootc/boots.log") or ""

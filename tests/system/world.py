@@ -103,7 +103,8 @@ class World:
     def machine(self, name: str) -> Machine:
         # The hostname doubles as nspawn's machine name (its /run/systemd/nspawn/propagate/ dir):
         # unique per run, so two runs on one host never collide.
-        unique = f"{name}-{self.workdir.name[-6:]}"
+        # (nspawn accepts only hostname characters: no "_", which mkdtemp names may hold.)
+        unique = f"{name}-{hashlib.sha256(str(self.workdir).encode()).hexdigest()[:6]}"
         machine = Machine(self.rootfs, self.workdir / "machines" / name, unique).create()
         assert self.registry and self.auth_registry
         # Plain HTTP on loopback, as containers-image's registries.conf allows (bootc reads it).

@@ -301,6 +301,9 @@ def journald_fields(w: World, m: Machine) -> None:
     custom = {k for e in entries for k in e if not STANDARD_FIELDS.match(k)}
     expect(custom, "the agent's journal entries carry no structured fields beyond MESSAGE; "
            f"sample: {entries[-1].get('MESSAGE', '')[:200]!r}")  # fmt: skip
+    # The reconcile result itself is queryable: `journalctl STATE=Done` finds it.
+    done = m.journal(f"_SYSTEMD_UNIT={AGENT_UNIT}", "STATE=Done")
+    expect(done, f"no entry with STATE=Done (fields seen: {sorted(custom)})")
 
 
 def timer_masked(w: World, m: Machine) -> None:

@@ -219,8 +219,10 @@ async def _reconcile_loop(
         log.info("reconciled", state=outcome.state, reason=outcome.reason, phase=phase)
         if outcome.state in (DEGRADED, UNRECONCILABLE) and options.once:
             print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)
-        if options.once or outcome.state == REBOOTING:
+        if options.once or (outcome.state == REBOOTING and host.reboot_ends_process):
             return _exit_code(outcome)
+        if outcome.state == REBOOTING:
+            await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
         if outcome.state == DEGRADED and outcome.retryable:
             delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
             failures += 1

@@ -147,7 +147,9 @@ class ClusterAgent:
                     outcome = Outcome(DEGRADED, str(exc), retryable=True)
                 self._publish(outcome)
                 if outcome is not None and outcome.state == REBOOTING:
-                    return 3
+                    if self.host.reboot_ends_process:
+                        return 3
+                    await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
                 timeout = None
                 if outcome is not None and outcome.retryable:
                     timeout = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]

@@ -125,6 +125,9 @@ class Host:
     system: SystemPort
     health: HealthPort
     state_dir: Path = field(default=Path())
+    # A simulated reboot ends the agent process (its next start is the next boot); on a real
+    # host the agent waits for the shutdown to stop it, so nothing restarts it mid-reboot.
+    reboot_ends_process: bool = False
 
     def __post_init__(self) -> None:
         if self.state_dir == Path():

@@ -240,6 +240,7 @@ class SimulatedHost:
             bootc=SimulatedBootc(self),
             system=SimulatedSystem(self),
             health=CheckRunner(self.root, check_timeout),
+            reboot_ends_process=True,
         )
 
 

@@ -32,7 +32,7 @@ from agent.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Out
 from agent.errors import HostError, InputError
 from agent.host.ports import Host, Progress
 from agent.model.imageref import parse_image_ref
-from agent.model.machineconfig import machine_config_from_object
+from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
 from agent.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
 
@@ -216,8 +216,7 @@ class ClusterAgent:
             "unreconcilable",
         )
         if not node.is_done() and not stuck:
-            await self._set_state("Working", "", **{A.POST_CONFIG_ACTION: node.get(
-                A.POST_CONFIG_ACTION)})  # fmt: skip
+            await self._set_state("Working", "")
         try:
             outcome = await self.engine.reconcile(desired)
         except DrainTimeout as exc:
@@ -232,7 +231,12 @@ class ClusterAgent:
         return outcome
 
     def _desired(self, node: A.NodeView, rendered: dict[str, Any]) -> Desired:
-        config = machine_config_from_object(rendered)
+        # Parsed from the very bytes the host records, so that the recorded config and the
+        # desired one have the same fingerprint when their content is the same.
+        # Only the name is kept of the metadata: a new resourceVersion is not a new config.
+        stable = {**rendered, "metadata": {"name": (rendered.get("metadata") or {}).get("name")}}
+        document = json.dumps(stable, sort_keys=True).encode()
+        config = parse_machine_config(document)
         image_text = node.get(A.DESIRED_IMAGE) or config.os_image_url
         target = None
         if image_text:
@@ -240,7 +244,6 @@ class ClusterAgent:
                 target = parse_image_ref(image_text)
             except InputError as exc:
                 raise InputError(exc.message, field="desiredImage/osImageURL") from None
-        document = json.dumps(rendered, sort_keys=True).encode()
         return Desired(config, document, target)
 
     async def _report(self, node: A.NodeView, desired: Desired, outcome: Outcome) -> None:

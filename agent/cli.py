@@ -106,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         image_override=args.image,
         max_boot_attempts=args.max_boot_attempts,
         poll_interval=args.poll_interval,
+        soft_reboot=args.allow_soft_reboot,
     )
 
     async def main() -> int:
@@ -158,7 +159,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
         sim = SimulatedHost(base)
         print(
             sim.add_image(
-                args.ref, files, boot_fails=args.boot_fails, pull_seconds=args.pull_seconds
+                args.ref,
+                files,
+                boot_fails=args.boot_fails,
+                pull_seconds=args.pull_seconds,
+                soft_reboot_capable=args.soft_reboot_capable,
             )
         )
     elif args.sim_command == "next-boot-fails":
@@ -231,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-boot-attempts", type=int, default=1,
                      help="boots of a new image whose checks fail before rolling back")  # fmt: skip
     run.add_argument(
+        "--allow-soft-reboot",
+        action="store_true",
+        help="soft-reboot into a staged image that bootc marks softRebootCapable",
+    )
+    run.add_argument(
         "--listen",
         default="127.0.0.1:8797",
         help="HOST:PORT of /healthz, /readyz, /metrics, /status ('' to turn off)",
@@ -279,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--file", action="append", help="RELATIVE/PATH=TEXT the image ships")
     add.add_argument("--boot-fails", action="store_true", help="its boots never complete")
     add.add_argument("--pull-seconds", type=float, default=0.0, help="how long a pull takes")
+    add.add_argument(
+        "--soft-reboot-capable", action="store_true", help="staged, it allows a soft reboot"
+    )
     fail = sim_sub.add_parser("next-boot-fails", help="the next boot falls back")
     fail.add_argument("dir")
     show = sim_sub.add_parser("status", help="print the host as `bootc status` would")

@@ -37,6 +37,7 @@ class RunOptions:
     image_override: str | None = None
     max_boot_attempts: int = 1
     poll_interval: float = 1.0
+    soft_reboot: bool = False
 
 
 async def open_host(spec: str, allowlist: Allowlist, local: LocalOptions | None = None) -> Host:
@@ -126,6 +127,7 @@ async def run_cluster_source(
         drain_timeout=getattr(args, "drain_timeout", 3600.0),
         dry_run=getattr(args, "dry_run", False),
         max_boot_attempts=getattr(args, "max_boot_attempts", 1),
+        soft_reboot=getattr(args, "allow_soft_reboot", False),
     )
     agent = ClusterAgent(api, node_api, host, allowlist, options, board or StatusBoard())
     try:
@@ -192,7 +194,8 @@ async def _reconcile_loop(
     log = structlog.get_logger("agent")
     metrics = board.metrics
     hooks = Hooks(notice=metrics.notice, progress=metrics.record_progress)
-    engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=hooks)
+    engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=hooks,
+                    soft_reboot=options.soft_reboot)  # fmt: skip
     watch = FileWatch(path, options.poll_interval)
     failures = 0
     while True:

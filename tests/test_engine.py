@@ -196,3 +196,26 @@ async def test_live_path_shadowing_an_image_file_is_reported(world: World) -> No
     desired = world.desired("r1", "v1", files=[ign_file("/etc/kubernetes/kubelet-ca.crt", "ca")])
     assert (await engine.reconcile(desired)).state == DONE
     assert any("/usr/etc/kubernetes/kubelet-ca.crt" in e for e in engine.hooks.events)
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+async def test_soft_reboot_only_where_bootc_allows_and_policy_says(world: World, allowed) -> None:
+    name = world.images["v1"].split("@")[0]
+    soft = world.sim.add_image(f"{name}:soft", {"usr/lib/app/healthy": "yes"},
+                               soft_reboot_capable=True)  # fmt: skip
+    await settle(world, "rendered-1", "v1")
+    boot_id = json.loads((world.sim.base / "host.json").read_text())
+    outcome = await world.converge(world.desired("rendered-2", soft), soft_reboot=allowed)
+    assert outcome.state == DONE and world.booted() == soft.split("@")[1]
+    state = json.loads((world.sim.base / "host.json").read_text())
+    reboots = [a["detail"] for a in world.sim.actions() if a["kind"] == "reboot"]
+    if allowed:  # same kernel: same boot ID; the verifier saw SoftRebootsCount grow
+        assert reboots == ["soft-reboot"] and state["boot_id"] == boot_id["boot_id"]
+    else:
+        assert reboots == ["reboot"] and state["boot_id"] != boot_id["boot_id"]
+
+
+async def test_hard_reboot_for_an_image_that_cannot_soft_reboot(world: World) -> None:
+    await settle(world, "rendered-1", "v1")
+    assert (await world.converge(world.desired("r2", "v2"), soft_reboot=True)).state == DONE
+    assert [a["detail"] for a in world.sim.actions() if a["kind"] == "reboot"] == ["reboot"]

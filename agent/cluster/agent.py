@@ -48,6 +48,7 @@ class ClusterOptions:
     uncordon_timeout: float = 600.0
     dry_run: bool = False
     max_boot_attempts: int = 1
+    soft_reboot: bool = False
 
 
 class ClusterAgent:
@@ -81,8 +82,9 @@ class ClusterAgent:
         )
         hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
                       notice=self.board.metrics.notice)  # fmt: skip
-        self.engine = Engine(host, policy=allowlist.policy,
-                             max_boot_attempts=options.max_boot_attempts, hooks=hooks)  # fmt: skip
+        self.engine = Engine(host, policy=allowlist.policy, hooks=hooks,
+                             max_boot_attempts=options.max_boot_attempts,
+                             soft_reboot=options.soft_reboot)  # fmt: skip
         self._progress_at = 0.0
         self._progress_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -118,12 +118,16 @@ class SimulatedHost:
         *,
         boot_fails: bool = False,
         pull_seconds: float = 0.0,
+        soft_reboot_capable: bool = False,
     ) -> str:
-        """Put an image into the registry; returns its digest-pinned reference."""
+        """Put an image into the registry; returns its digest-pinned reference.
+        `soft_reboot_capable`: staged, it may be entered by a soft reboot (same kernel)."""
         image = parse_image_ref(ref)
         manifest = {"name": image.name, "tag": image.tag, "files": files, "boot_fails": boot_fails}
         if pull_seconds:
             manifest["pull_seconds"] = pull_seconds
+        if soft_reboot_capable:
+            manifest["soft_reboot_capable"] = True
         digest = (
             "sha256:" + hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
         )
@@ -169,8 +173,12 @@ class SimulatedHost:
                 note = f"boot of {staged['ref']} failed; bootloader fell back"
             else:
                 state["rollback"], state["booted"], state["staged"] = old, staged, None
+        soft = state["reboot_pending"] == "soft"
         state.update(
-            boot_id=str(uuid.uuid4()),
+            # A soft reboot restarts userspace on the same kernel: same boot ID, and systemd
+            # counts it in SoftRebootsCount.
+            boot_id=state["boot_id"] if soft else str(uuid.uuid4()),
+            soft_reboots=state.get("soft_reboots", 0) + (1 if soft else 0),
             boots=state["boots"] + 1,
             reboot_pending=None,
             rollback_queued=False,
@@ -205,7 +213,8 @@ class SimulatedHost:
                 "cachedUpdate": None,
                 "incompatible": False,
                 "pinned": False,
-                "softRebootCapable": False,
+                "softRebootCapable": bool(meta.get("soft_reboot_capable"))
+                and slot is state["staged"],
                 "downloadOnly": False,
                 "store": "ostreeContainer",
                 "ostree": {
@@ -293,6 +302,9 @@ class SimulatedSystem:
 
     async def boot_id(self) -> str:
         return str(self.sim._state()["boot_id"])
+
+    async def soft_reboots_count(self) -> int:
+        return int(self.sim._state().get("soft_reboots", 0))
 
     async def perform(self, action: str) -> None:
         self.sim.log_action("unit", action)

@@ -31,7 +31,7 @@ from pathlib import Path
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.ports import Progress, ProgressCallback
-from agent.host.systemd import ProcessUnitRunner, UnitRunner, UnitState, run_process
+from agent.host.units import ProcessUnitRunner, UnitRunner, UnitState, run_process
 from agent.model.bootc_status import BootcHost, bootc_host_from_object
 from agent.model.imageref import ImageRef
 

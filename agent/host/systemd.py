@@ -1,5 +1,6 @@
-"""systemd and logind over D-Bus (dbus-fast, asyncio): the SystemPort of a real host, the unit
-runner that bootc staging runs under, sd_notify, and a subprocess fallback runner.
+"""systemd and logind over D-Bus (dbus-fast, asyncio): the SystemPort of a real host and the
+unit runner that bootc staging runs under (sd_notify is in notify.py, the unit contract and the
+subprocess fallback runner in units.py).
 
 Why D-Bus and not `systemctl`: job results arrive as `JobRemoved` signals (no polling, no parsing
 of human output), the agent can run in a pod with only the host's bus socket mounted, and a test
@@ -11,17 +12,23 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from dbus_fast import BusType, Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
 from agent.errors import HostError
 from agent.host.notify import Notifier  # noqa: F401  (re-exported: part of this API)
+from agent.host.units import (  # noqa: F401  (re-exported)
+    ProcessResult,
+    ProcessUnitRunner,
+    UnitRunner,
+    UnitState,
+    run_process,
+    unit_name,
+)
 
 SYSTEMD = "org.freedesktop.systemd1"
 SYSTEMD_PATH = "/org/freedesktop/systemd1"
@@ -37,10 +44,6 @@ _NO_PROPERTY = (
     "org.freedesktop.DBus.Error.UnknownProperty",
     "org.freedesktop.DBus.Error.InvalidArgs",
 )
-_UNIT_SUFFIXES = (
-    ".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target", ".path",
-    ".timer", ".slice", ".scope",
-)  # fmt: skip
 # Jobs whose JobRemoved arrived before the caller looked: kept briefly, bounded.
 _MAX_EARLY_JOBS = 256
 
@@ -51,178 +54,6 @@ class DBusCallError(HostError):
     def __init__(self, name: str, message: str) -> None:
         self.name = name
         super().__init__(f"{name}: {message}", kind="systemd")
-
-
-@dataclass(frozen=True)
-class UnitState:
-    """What systemd says about a unit (the service fields are empty for other unit types)."""
-
-    name: str
-    load_state: str = "not-found"
-    active_state: str = "inactive"
-    sub_state: str = "dead"
-    result: str = ""
-    exec_main_code: int = 0  # CLD_EXITED=1, CLD_KILLED=2, CLD_DUMPED=3
-    exec_main_status: int = 0
-    description: str = ""
-
-    @property
-    def running(self) -> bool:
-        """Started and not yet finished (a RemainAfterExit service that exited is finished)."""
-        if self.active_state in ("activating", "deactivating", "reloading"):
-            return True
-        return self.active_state == "active" and self.sub_state != "exited"
-
-    @property
-    def ok(self) -> bool:
-        return self.active_state != "failed" and self.result in ("", "success")
-
-
-class UnitRunner(Protocol):
-    """Runs a named command so that it outlives the caller and can be found again by name."""
-
-    async def start_transient_service(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        properties: Mapping[str, Variant] | None = None,
-        description: str = "",
-    ) -> str: ...
-
-    async def unit_state(self, name: str) -> UnitState: ...
-
-    async def wait_unit_finished(self, name: str, timeout: float) -> UnitState: ...
-
-    async def stop_unit(self, name: str) -> str: ...
-
-    async def clear_unit(self, name: str) -> None: ...
-
-
-def unit_name(name: str) -> str:
-    """`crio` → `crio.service`, as systemctl completes a bare name."""
-    return name if name.endswith(_UNIT_SUFFIXES) else f"{name}.service"
-
-
-@dataclass(frozen=True)
-class ProcessResult:
-    status: int | None  # None: killed at the deadline
-    stdout: bytes
-    stderr: bytes
-
-
-async def run_process(
-    argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
-) -> ProcessResult:
-    """Run a command to completion or the deadline (then kill its process group). Output read
-    so far is returned either way, so a timeout can still say what the command was doing."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env) if env is not None else None,
-        start_new_session=True,
-    )
-    out, err = bytearray(), bytearray()
-
-    async def drain(stream: asyncio.StreamReader | None, into: bytearray) -> None:
-        while stream is not None and (chunk := await stream.read(65536)):
-            into.extend(chunk)
-
-    readers = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err))
-    status: int | None = None
-    try:
-        status = await asyncio.wait_for(proc.wait(), timeout)
-    except TimeoutError:
-        pass
-    finally:
-        if proc.returncode is None:  # deadline or cancellation: end all of it
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-    await proc.wait()
-    await readers
-    return ProcessResult(status, bytes(out), bytes(err))
-
-
-class ProcessUnitRunner:
-    """The unit runner for hosts without a reachable systemd (tests, some containers): plain
-    child processes, keyed by unit name on this instance. Nothing survives the agent here."""
-
-    def __init__(self, command_prefix: Sequence[str] = ()) -> None:
-        self._prefix = list(command_prefix)
-        self._procs: dict[str, tuple[asyncio.subprocess.Process, str]] = {}
-
-    async def start_transient_service(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        properties: Mapping[str, Variant] | None = None,
-        description: str = "",
-    ) -> str:
-        if (await self.unit_state(name)).load_state == "loaded":
-            raise HostError(f"unit {name} already exists", kind="exists")
-        proc = await asyncio.create_subprocess_exec(
-            *self._prefix,
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            # Like a unit, it does not inherit the agent's environment (in a pod that includes
-            # `container`, which makes bootc refuse to run); only PATH and what is given.
-            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), **(env or {})},
-            start_new_session=True,  # its own group, so stop_unit can end all of it
-        )
-        self._procs[name] = (proc, description)
-        return "done"
-
-    async def unit_state(self, name: str) -> UnitState:
-        entry = self._procs.get(name)
-        return UnitState(name) if entry is None else self._state(name, *entry)
-
-    @staticmethod
-    def _state(name: str, proc: asyncio.subprocess.Process, description: str) -> UnitState:
-        code = proc.returncode
-        if code is None:
-            return UnitState(name, "loaded", "active", "running", "success", 0, 0, description)
-        if code == 0:
-            return UnitState(name, "loaded", "active", "exited", "success", 1, 0, description)
-        killed = code < 0
-        return UnitState(
-            name,
-            "loaded",
-            "failed",
-            "failed",
-            "signal" if killed else "exit-code",
-            2 if killed else 1,
-            -code if killed else code,
-            description,
-        )
-
-    async def wait_unit_finished(self, name: str, timeout: float) -> UnitState:
-        entry = self._procs.get(name)
-        if entry is None:
-            return UnitState(name)
-        try:
-            await asyncio.wait_for(asyncio.shield(entry[0].wait()), timeout)
-        except TimeoutError:
-            raise HostError(f"{name} still running after {timeout:g}s", kind="timeout") from None
-        if self._procs.get(name) is not entry:  # stopped, or replaced by a new start
-            return await self.unit_state(name)
-        return self._state(name, *entry)
-
-    async def stop_unit(self, name: str) -> str:
-        entry = self._procs.get(name)
-        if entry is not None and entry[0].returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(entry[0].pid, signal.SIGTERM)
-            await entry[0].wait()
-        self._procs.pop(name, None)
-        return "done"
-
-    async def clear_unit(self, name: str) -> None:
-        await self.stop_unit(name)
 
 
 class ShutdownInhibitor:

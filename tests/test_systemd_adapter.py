@@ -396,11 +396,15 @@ def standin(tmp_path: Path) -> StandinHost:
 async def test_stage_runs_in_a_named_unit_and_is_adopted_after_a_restart(
     user_manager: UserManager, standin: StandinHost, tmp_path: Path
 ) -> None:
-    standin.configure(progress_delay=0.1)
+    standin.configure(progress_delay=0.5)  # four steps: the stage runs for about 2 s
     first_bus = user_manager.client()
     first = standin.adapter(tmp_path, runner=first_bus)
     dying = asyncio.create_task(first.stage(ref(D2)))
-    await asyncio.sleep(0.6)
+    for _ in range(100):  # until the stage unit runs, however loaded the machine is
+        if (await first_bus.unit_state("image-mode-agent-stage.service")).running:
+            break
+        await asyncio.sleep(0.02)
+    assert not dying.done()
     dying.cancel()  # the agent dies mid-stage; the unit does not
     with pytest.raises(asyncio.CancelledError):
         await dying

@@ -157,7 +157,8 @@ class ClusterAgent:
                     timeout = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
                     failures += 1
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wakeup.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self.wakeup.wait()
         finally:
             for task in self._tasks:
                 task.cancel()

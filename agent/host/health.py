@@ -37,7 +37,8 @@ class CheckRunner:
         except OSError as exc:
             return CheckResult(path.name, required, False, f"cannot run: {exc.strerror}")
         try:
-            output, _ = await asyncio.wait_for(proc.communicate(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                output, _ = await proc.communicate()
         except TimeoutError:
             proc.kill()
             await proc.wait()

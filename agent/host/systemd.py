@@ -109,7 +109,8 @@ class Systemd:
             bus = MessageBus(
                 bus_address=self._address, bus_type=self._bus_type, negotiate_unix_fd=True
             )
-            await asyncio.wait_for(bus.connect(), self.call_timeout)
+            async with asyncio.timeout(self.call_timeout):
+                await bus.connect()
             bus.add_message_handler(self._on_message)
             for rule in (
                 f"type='signal',sender='{SYSTEMD}',interface='{MANAGER}',member='JobRemoved'",
@@ -129,7 +130,8 @@ class Systemd:
         if self._bus is not None:
             self._bus.disconnect()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._bus.wait_for_disconnect(), 5)
+                async with asyncio.timeout(5):
+                    await self._bus.wait_for_disconnect()
             self._bus = None
 
     async def __aenter__(self) -> Systemd:
@@ -175,7 +177,8 @@ class Systemd:
             body=list(body),
         )
         try:
-            reply = await asyncio.wait_for(bus.call(msg), timeout or self.call_timeout)
+            async with asyncio.timeout(timeout or self.call_timeout):
+                reply = await bus.call(msg)
         except TimeoutError:
             raise HostError(f"D-Bus call {iface}.{member} timed out", kind="timeout") from None
         if reply is None:
@@ -212,7 +215,8 @@ class Systemd:
         waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._job_waiters[job] = waiter
         try:
-            return await asyncio.wait_for(waiter, self.job_timeout)
+            async with asyncio.timeout(self.job_timeout):
+                return await waiter
         except TimeoutError:
             raise HostError(
                 f"{member} {name}: job not finished after {self.job_timeout:g}s", kind="timeout"
@@ -300,8 +304,12 @@ class Systemd:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise HostError(f"{name} still running after {timeout:g}s", kind="timeout")
+                # asyncio.timeout, never wait_for, across this package: on Python 3.11
+                # wait_for can swallow a cancellation that races its completion (fixed in
+                # 3.12), and an agent stopped mid-stage must stay stopped.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(remaining, self._poll))
+                    async with asyncio.timeout(min(remaining, self._poll)):
+                        await event.wait()
         finally:
             watchers = self._unit_watchers.get(path, set())
             watchers.discard(event)
@@ -346,7 +354,8 @@ class Systemd:
             waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             self._job_waiters[job] = waiter
             try:
-                result = await asyncio.wait_for(waiter, self.job_timeout)
+                async with asyncio.timeout(self.job_timeout):
+                    result = await waiter
             finally:
                 self._job_waiters.pop(job, None)
         # "failed" is no error here: a command that exits non-zero at once can fail the start

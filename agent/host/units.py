@@ -100,7 +100,8 @@ async def run_process(
     readers = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err))
     status: int | None = None
     try:
-        status = await asyncio.wait_for(proc.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            status = await proc.wait()
     except TimeoutError:
         pass
     finally:
@@ -172,7 +173,8 @@ class ProcessUnitRunner:
         if entry is None:
             return UnitState(name)
         try:
-            await asyncio.wait_for(asyncio.shield(entry[0].wait()), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(entry[0].wait())
         except TimeoutError:
             raise HostError(f"{name} still running after {timeout:g}s", kind="timeout") from None
         if self._procs.get(name) is not entry:  # stopped, or replaced by a new start

@@ -24,7 +24,7 @@ from agent.journal import IN_FLIGHT, Journal, Phase, Record
 from agent.model.bootc_status import BootcHost
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import MachineConfig, parse_machine_config
-from agent.plan import CORE, Plan, plan_update
+from agent.plan import CORE, Plan, live_changes, plan_update
 from agent.policy import BUILTIN_POLICY, LivePolicy
 from agent.verify import AfterBoot, BootFacts, decide_after_boot
 
@@ -368,7 +368,7 @@ class Engine:
                 return await self._stage(rec.to(Phase.STAGING))  # the staged deployment is gone
             return await self._reboot(rec, None, f"rebooting into {target}")
         if verdict.decision == AfterBoot.FELL_BACK:
-            return self._degrade(rec, verdict.cause)
+            return await self._degrade(rec, verdict.cause)
         facts = BootFacts(**{**facts.__dict__, "checks": await self.host.health.run_checks()})
         verdict = decide_after_boot(facts)
         for warning in verdict.warnings:
@@ -388,7 +388,20 @@ class Engine:
                 rec = self._save(rec.to(Phase.ROLLING_BACK, cause=verdict.cause, failed=failed))
                 return await self._roll_back(rec)
 
-    def _degrade(self, rec: Record, cause: str) -> Outcome:
+    async def _revert_live(self) -> None:
+        """The host runs its last good image again: put the live part back to the recorded
+        config too, so that what is on disk matches what is reported (the MCD reverts files)."""
+        current = self.current_config()
+        if current is None or not self._pending_path.exists():
+            return
+        pending = parse_machine_config(self._pending_path.read_bytes())
+        steps = live_changes(pending, current, self.policy)
+        if steps:
+            await self._apply_live(Plan("live", live=steps))
+            self._event(f"reverted {len(steps)} live change(s) to {current.name}")
+
+    async def _degrade(self, rec: Record, cause: str) -> Outcome:
+        await self._revert_live()
         failed = dict(rec.failed)
         if rec.target:
             failed[parse_image_ref(rec.target).digest or ""] = rec.update_key or ""
@@ -409,10 +422,10 @@ class Engine:
             try:
                 await self.host.bootc.rollback()
             except HostError as exc:
-                return self._degrade(rec, f"{rec.cause}; rollback failed: {exc}")
+                return await self._degrade(rec, f"{rec.cause}; rollback failed: {exc}")
             self._did("rollback")
         elif not on_target:
-            return self._degrade(rec, rec.cause or "rolled back")
+            return await self._degrade(rec, rec.cause or "rolled back")
         return await self._reboot(
             rec.to(Phase.ROLLBACK_REBOOTING), None, f"rolling back from {target}"
         )
@@ -423,4 +436,4 @@ class Engine:
             return await self._roll_back(rec.to(Phase.ROLLING_BACK))
         status = await self.host.bootc.status()
         cause = f"rolled back to {status.booted_ref}: {rec.cause}"
-        return self._degrade(rec, cause)
+        return await self._degrade(rec, cause)

@@ -225,6 +225,14 @@ def _split_units(
         split.actions.extend(actions)
 
 
+def live_changes(
+    current: MachineConfig, desired: MachineConfig, policy: LivePolicy = BUILTIN_POLICY
+) -> tuple[LiveStep, ...]:
+    """Only the live steps from `current` to `desired` (used to undo an update's live part)."""
+    diff = diff_configs(current, desired)
+    return tuple(_split_changes(current, desired, diff, policy).live)
+
+
 def plan_update(
     current: MachineConfig | None,
     desired: MachineConfig,

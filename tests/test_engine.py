@@ -150,17 +150,18 @@ async def _labels(world: World, steps) -> list[str]:
 
 SCENARIOS = {
     "live": (lambda w: [w.desired("r1", "v1", keys=["old"]), w.desired("r2", "v1", keys=["new"])],
-             DONE, 0, "v1"),
+             DONE, 0, "v1", b"new\n"),
     "image": (lambda w: [w.desired("r1", "v1", keys=["old"]), w.desired("r2", "v2", keys=["new"])],
-              DONE, 1, "v2"),
+              DONE, 1, "v2", b"new\n"),
     "rollback": (lambda w: [w.desired("r1", "v1", keys=["old"]),
-                            w.desired("r2", "bad-check", keys=["new"])], DEGRADED, 2, "v1"),
+                            w.desired("r2", "bad-check", keys=["new"])], DEGRADED, 2, "v1",
+                 b"old\n"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 async def test_killed_at_every_step_converges(tmp_path: Path, scenario: str) -> None:
-    make_steps, final_state, reboots, final_image = SCENARIOS[scenario]
+    make_steps, final_state, reboots, final_image, final_keys = SCENARIOS[scenario]
     reference = World.create(tmp_path / "reference")
     labels = await _labels(reference, make_steps(reference))
     assert len(labels) >= 5
@@ -184,7 +185,7 @@ async def test_killed_at_every_step_converges(tmp_path: Path, scenario: str) -> 
         assert outcome.state == final_state, where
         assert world.booted() == world.digest(final_image), where
         assert world.reboots() == reboots, where
-        assert world.read(SSH) == b"new\n", where
+        assert world.read(SSH) == final_keys, where
         journal = json.loads((world.sim.root / "var/lib/image-mode-agent/journal.json").read_text())
         assert journal["phase"] in ("idle", "degraded"), where
 
@@ -219,3 +220,13 @@ async def test_hard_reboot_for_an_image_that_cannot_soft_reboot(world: World) ->
     await settle(world, "rendered-1", "v1")
     assert (await world.converge(world.desired("r2", "v2"), soft_reboot=True)).state == DONE
     assert [a["detail"] for a in world.sim.actions() if a["kind"] == "reboot"] == ["reboot"]
+
+
+async def test_rollback_reverts_the_live_part(world: World) -> None:
+    await settle(world, "rendered-1", "v1", keys=["old"],
+                 files=[ign_file(PULL, "old-secret")])  # fmt: skip
+    outcome = await settle(world, "rendered-2", "bad-check", keys=["new"],
+                           files=[ign_file(PULL, "new-secret")])  # fmt: skip
+    assert outcome.state == DEGRADED
+    assert world.read(SSH) == b"old\n"
+    assert world.read(PULL) == world.read("/run/ostree/auth.json") == b"old-secret"

@@ -363,3 +363,24 @@ async def test_staging_progress_reaches_the_reason(cluster: Cluster) -> None:
     assert annotations[P + "state"] == "Working"
     assert " MiB" in annotations[P + "reason"]
     assert await exits(cluster.procs[-1]) == 3
+
+
+async def test_refused_certificate_path_degrades_without_crashing(cluster: Cluster) -> None:
+    import yaml
+
+    outside = cluster.base / "outside"
+    outside.mkdir()
+    (cluster.sim.root / "etc/docker").mkdir(parents=True)
+    (cluster.sim.root / "etc/docker/certs.d").symlink_to(outside)
+    cc = yaml.safe_load(CONTROLLER_CONFIG.read_text())
+    cc["spec"]["imageRegistryBundleData"] = [
+        {"file": "registry.example", "data": base64.b64encode(b"CA\n").decode()}
+    ]
+    cluster.kube.put(cc)
+    await cluster.start_agent()
+    annotations = await cluster.wait_annotations(
+        lambda a: "symlink" in a.get(P + "reason", "") and a.get(P + "state") == "Degraded"
+    )
+    assert "/etc/docker/certs.d" in annotations[P + "reason"]
+    assert list(outside.iterdir()) == []  # nothing written through the symlink
+    assert cluster.procs[-1].returncode is None  # still running, will retry

@@ -147,6 +147,12 @@ class ClusterAgent:
                 except (KubeError, *TRANSIENT) as exc:
                     self.log.warning("sync failed; retrying", error=str(exc))
                     outcome = Outcome(DEGRADED, str(exc), retryable=True)
+                except HostError as exc:  # e.g. a certificate path the writer refuses
+                    reason = f"host error ({exc.kind}): {exc}"
+                    self.log.warning("sync failed; retrying", error=reason)
+                    outcome = Outcome(DEGRADED, reason, retryable=True)
+                    with contextlib.suppress(KubeError, *TRANSIENT):
+                        await self._set_state("Degraded", reason)
                 self._publish(outcome)
                 if outcome is not None and outcome.state == REBOOTING:
                     if self.host.reboot_ends_process:

@@ -12,12 +12,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import structlog
 
+from agent.configstore import ConfigStore
 from agent.desired import Desired
-from agent.durable import write_atomic
 from agent.errors import HostError, InputError
 from agent.host.ports import Host, Progress
 from agent.journal import IN_FLIGHT, Journal, Phase, Record
@@ -73,40 +72,22 @@ class Engine:
         self.soft_reboot = soft_reboot
         self.hooks = hooks or Hooks()
         self.journal = Journal(host.state_dir / "journal.json")
+        self.configs = ConfigStore(host.state_dir)
         self.log = structlog.get_logger("engine").bind(root=str(host.root))
 
     # -- stored configs ------------------------------------------------------------------
-    @property
-    def _current_path(self) -> Path:
-        return self.host.state_dir / "current-config"
-
-    @property
-    def _pending_path(self) -> Path:
-        return self.host.state_dir / "pending-config"
-
     def current_config(self) -> MachineConfig | None:
-        try:
-            data = self._current_path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            return parse_machine_config(data)
-        except InputError as exc:
-            raise HostError(
-                f"recorded current config is unreadable: {exc}", kind="journal"
-            ) from None
+        return self.configs.current()
 
     def adopt_current(self, document: bytes) -> None:
         """Record `document` as the config the host runs, when none is recorded yet."""
-        parse_machine_config(document)  # refuse to record what could not be read back
-        write_atomic(self._current_path, document)
+        self.configs.record_current(document)
 
     def _pending(self) -> Desired:
-        data = self._pending_path.read_bytes()
+        data = self.configs.pending_document()
         rec = self.journal.load()
-        config = parse_machine_config(data)
         target = parse_image_ref(rec.target) if rec.target else None
-        return Desired(config, data, target)
+        return Desired(parse_machine_config(data), data, target)
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _save(self, record: Record) -> Record:
@@ -184,7 +165,7 @@ class Engine:
                 rec = self._save(rec.to(Phase.IDLE, cause=None, update_key=desired.key))
             return Outcome(DONE, plan=plan, current_config=rec.current_name,
                            current_image=rec.current_image)  # fmt: skip
-        write_atomic(self._pending_path, desired.document)
+        self.configs.record_pending(desired.document)
         booted = status.booted_ref
         rec = self._save(
             Record(
@@ -299,7 +280,7 @@ class Engine:
 
     async def _commit(self, rec: Record, plan: Plan | None = None) -> Outcome:
         rec = self._save(rec)
-        write_atomic(self._current_path, self._pending_path.read_bytes())
+        self.configs.commit()
         self._did("commit")
         rec = self._save(
             rec.to(
@@ -311,7 +292,7 @@ class Engine:
                 attempts=0,
             )
         )
-        self._pending_path.unlink(missing_ok=True)
+        self.configs.drop_pending()
         self._event(f"update to {rec.config_name} committed")
         self._notice("committed", rec.config_name or "", rec)
         return Outcome(
@@ -391,10 +372,9 @@ class Engine:
     async def _revert_live(self) -> None:
         """The host runs its last good image again: put the live part back to the recorded
         config too, so that what is on disk matches what is reported (the MCD reverts files)."""
-        current = self.current_config()
-        if current is None or not self._pending_path.exists():
+        current, pending = self.configs.current(), self.configs.pending()
+        if current is None or pending is None:
             return
-        pending = parse_machine_config(self._pending_path.read_bytes())
         steps = live_changes(pending, current, self.policy)
         if steps:
             await self._apply_live(Plan("live", live=steps))
@@ -406,7 +386,7 @@ class Engine:
         if rec.target:
             failed[parse_image_ref(rec.target).digest or ""] = rec.update_key or ""
         self._save(rec.to(Phase.DEGRADED, cause=cause, failed=failed))
-        self._pending_path.unlink(missing_ok=True)
+        self.configs.drop_pending()
         self._event(f"degraded: {cause}")
         self._notice("rolled-back" if rec.phase == Phase.ROLLBACK_REBOOTING else "degraded",
                      cause, rec)  # fmt: skip

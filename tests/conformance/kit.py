@@ -1,0 +1,266 @@
+"""The conformance kit (`../shared/kit`): where it is, its unpacked binaries, and one real
+cluster (etcd + kube-apiserver, optionally the machine-config-controller) per test, each in
+its own RUN DIR on its own ports. Only the PIDs the kit's scripts record in that RUN DIR are
+ever signalled."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import random
+import signal
+import socket
+import ssl
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+KIT_ENV = "IMAGE_MODE_AGENT_KIT"
+HOW_TO_GET_IT = (
+    f"set {KIT_ENV} to the conformance kit's folder (in this project's workspace: "
+    "../shared/kit beside the repository; it holds bin/*.xz, cluster-up, mcc-up and a README)"
+)
+MCO_NS = "openshift-machine-config-operator"
+SCRIPT_TIMEOUT = 180.0
+
+
+class KitMissing(Exception):
+    """The tier cannot run: says what is missing and how to get it."""
+
+
+def locate_kit() -> Path:
+    value = os.environ.get(KIT_ENV)
+    if not value:
+        raise KitMissing(f"{KIT_ENV} is not set: {HOW_TO_GET_IT}")
+    kit = Path(value).resolve()
+    missing = [p for p in ("cluster-up", "mcc-up", "unpack", "bin/SHA256SUMS", "crds")
+               if not (kit / p).exists()]  # fmt: skip
+    if missing:
+        raise KitMissing(f"{KIT_ENV}={value} is not a conformance kit (no {', '.join(missing)}): "
+                         f"{HOW_TO_GET_IT}")  # fmt: skip
+    return kit
+
+
+def cache_dir() -> Path:
+    """Outside the repository, so a fresh clone reuses what an earlier run unpacked."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "image-mode-agent" / "kit"
+
+
+def unpack(kit: Path) -> Path:
+    """Decompress the binaries once (about 3 s; about 1 s to check them afterwards)."""
+    out = subprocess.run([str(kit / "unpack"), str(cache_dir())], capture_output=True,
+                         text=True, timeout=SCRIPT_TIMEOUT)  # fmt: skip
+    if out.returncode != 0:
+        raise KitMissing(f"the kit's unpack failed: {out.stderr.strip()[-500:]}")
+    return Path(out.stdout.strip())
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def derived_port(port: int, k: int) -> int:
+    """The kit's rule for etcd and MCC ports (PORT + k*10000, wrapped into 1024..65535)."""
+    return (port + k * 10000 - 1024) % 64512 + 1024
+
+
+def pick_port(rng: random.Random | None = None) -> int:
+    """An API port whose derived ports are free too; 20000-29999 keeps all four below the
+    usual ephemeral range's busiest part and apart from the system tier's registry."""
+    rng = rng or random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 30000)
+        if all(_free(derived_port(port, k)) for k in range(4)):
+            return port
+    raise RuntimeError("no free port set for a kit cluster on 127.0.0.1")
+
+
+async def _script(*argv: str, env: dict[str, str] | None = None, timeout: float = SCRIPT_TIMEOUT,
+                  log: Path | None = None) -> str:  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "KIT_CACHE": str(cache_dir()), **(env or {})},
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError(f"{Path(argv[0]).name} timed out after {timeout:.0f} s") from None
+    if log is not None:
+        with log.open("ab") as f:
+            f.write(err)
+    if proc.returncode != 0:
+        tail = err.decode(errors="replace").strip()[-1500:]
+        raise RuntimeError(f"{Path(argv[0]).name} failed ({proc.returncode}): {tail}")
+    return out.decode()
+
+
+@dataclass
+class KitCluster:
+    """One real API server (and optionally the MCC) in RUN DIR `run` on `port`."""
+
+    kit: Path
+    run: Path
+    port: int = 0
+    rendered: str = ""
+    _session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.run / "admin.kubeconfig"
+
+    def node_kubeconfig(self, node: str) -> Path:
+        return self.run / f"node-{node}.kubeconfig"
+
+    @property
+    def bin(self) -> Path:
+        return cache_dir() / "bin"
+
+    async def up(self) -> None:
+        self.run.mkdir(parents=True, exist_ok=True)
+        for attempt in range(3):
+            self.port = pick_port()
+            try:
+                await _script(str(self.kit / "cluster-up"), str(self.run), str(self.port),
+                              log=self.run / "harness.log")  # fmt: skip
+                return
+            except RuntimeError as exc:
+                if "in use" not in str(exc) or attempt == 2:
+                    raise
+
+    async def mcc_up(self, workers: int, os_image: str) -> str:
+        out = await _script(str(self.kit / "mcc-up"), str(self.run), "--workers", str(workers),
+                            "--os-image", os_image, log=self.run / "harness.log")  # fmt: skip
+        self.rendered = out.strip().splitlines()[-1]
+        return self.rendered
+
+    async def down(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if (self.run / "kit.env").exists():
+            await _script(str(self.kit / "cluster-down"), str(self.run),
+                          log=self.run / "harness.log")  # fmt: skip
+
+    async def kill_apiserver(self) -> None:
+        """SIGKILL the API server this cluster started (its PID file), as a crash would."""
+        pid_file = self.run / "kube-apiserver.pid"
+        pid = int(pid_file.read_text())
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        if Path(exe).name != "kube-apiserver":
+            raise RuntimeError(f"pid {pid} is not this cluster's kube-apiserver ({exe})")
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            await asyncio.sleep(0.05)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def start_apiserver(self) -> None:
+        """After kill_apiserver: the kit restarts a cluster only when all of it is down, so
+        etcd is stopped too (its data is kept) and both start again on the same ports."""
+        await _script(str(self.kit / "cluster-down"), str(self.run), log=self.run / "harness.log")
+        await _script(str(self.kit / "cluster-up"), str(self.run), str(self.port),
+                      log=self.run / "harness.log")  # fmt: skip
+
+    def kubectl(self, *args: str, kubeconfig: Path | None = None, stdin: str | None = None,
+                timeout: float = 60.0) -> str:  # fmt: skip
+        out = subprocess.run(
+            [str(self.bin / "kubectl"), "--kubeconfig", str(kubeconfig or self.admin_kubeconfig),
+             "--cache-dir", str(self.run / "kubectl-cache"), *args],
+            input=stdin, capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        if out.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {out.stderr.strip()}")
+        return out.stdout
+
+    # -- the admin's REST client ------------------------------------------------------------
+    def _ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.run / "pki/ca.crt"))
+
+    async def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            token = (self.run / "pki/admin.token").read_text().strip()
+            self._session = aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {token}"},
+                connector=aiohttp.TCPConnector(ssl=self._ssl()),
+                timeout=aiohttp.ClientTimeout(total=30),
+            )
+        return self._session
+
+    async def request(self, method: str, path: str, body: Any = None, *,
+                      content_type: str = "application/json",
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:  # fmt: skip
+        session = await self.session()
+        async with session.request(method, self.url + path, json=body, params=params,
+                                   headers={"Content-Type": content_type}) as resp:  # fmt: skip
+            return resp.status, await resp.json(content_type=None)
+
+    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        status, data = await self.request(method, path, body, **kwargs)
+        if not 200 <= status < 300:
+            message = data.get("message") if isinstance(data, dict) else data
+            raise RuntimeError(f"{method} {path}: {status} {message}")
+        return data
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        status, data = await self.request("GET", path)
+        if status == 404:
+            return None
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status} {data}")
+        return data
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> Any:
+        return await self.call("PATCH", path, body, content_type="application/merge-patch+json")
+
+    async def token_for(self, service_account: str, namespace: str = MCO_NS,
+                        seconds: int = 7200) -> str:  # fmt: skip
+        """A service-account token from the TokenRequest API, as a projected token would be."""
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds}}  # fmt: skip
+        return (await self.call("POST", path, body))["status"]["token"]
+
+    def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
+        ca = base64.b64encode((self.run / "pki/ca.crt").read_bytes()).decode()
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: kit\n  cluster:\n    server: {self.url}\n"
+            f"    certificate-authority-data: {ca}\n"
+            f"users:\n- name: {user}\n  user:\n    token: {token}\n"
+            f"contexts:\n- name: kit\n  context: {{cluster: kit, user: {user}}}\n"
+            "current-context: kit\n"
+        )
+        path.chmod(0o600)
+        return path
+
+
+@contextlib.asynccontextmanager
+async def kit_cluster(kit: Path, run: Path):
+    cluster = KitCluster(kit, run)
+    try:
+        await cluster.up()
+        yield cluster
+    finally:
+        await cluster.down()

@@ -1,0 +1,88 @@
+"""The scenarios' primitives on the project's loopback API server (tests/fakekube)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.clusterkit import SA_RULES
+from tests.fakekube import FakeKube
+from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, make_host
+
+P = "machineconfiguration.openshift.io/"
+
+
+@dataclass
+class FakeHarness(Harness):
+    kube: FakeKube = field(default_factory=FakeKube)
+    _drains: list[str] = field(default_factory=list)
+
+    @classmethod
+    async def create(cls, base: Path, *, annotations: dict[str, str] | None = None) -> FakeHarness:
+        kube = FakeKube(bookmark_interval=0.5)
+        await kube.start()
+        sim, images = make_host(base)
+        h = cls(base, sim, images, kube=kube, counts_requests=True)
+        kube.add_hook(h._track_drains)
+        await h.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"])
+        kube.put({"apiVersion": "v1", "kind": "Node",
+                  "metadata": {"name": h.node, "annotations": (
+                      DEFAULT_ANNOTATIONS if annotations is None else annotations)},
+                  "spec": {}})  # fmt: skip
+        kube.write_kubeconfig(base / "node.kubeconfig", kube.node_identity(h.node))
+        sa = kube.service_account("openshift-machine-config-operator", "image-mode-agent",
+                                  SA_RULES)  # fmt: skip
+        kube.write_kubeconfig(base / "sa.kubeconfig", sa)
+        return h
+
+    def _track_drains(self, change: Any) -> None:
+        if change.rt.plural != "nodes" or change.obj is None:
+            return
+        new = (change.obj["metadata"].get("annotations") or {}).get(P + "desiredDrain")
+        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(
+            P + "desiredDrain"
+        )
+        if new != old and new:
+            self._drains.append(new)
+
+    async def put(self, obj: dict[str, Any]) -> None:
+        self.kube.put(obj)
+
+    async def delete(self, kind: str, name: str) -> None:
+        self.kube.delete(kind, name)
+
+    async def node_object(self) -> dict[str, Any] | None:
+        return self.kube.try_get("Node", self.node)
+
+    async def patch_annotations(self, values: dict[str, str | None]) -> None:
+        self.kube.patch_annotations("Node", self.node, values)
+
+    async def event_reasons(self) -> list[str]:
+        return [e["reason"] for e in self.kube.list("events", "default")]
+
+    async def enable_drain_controller(self) -> None:
+        self.kube.enable_drain_controller(delay=0.2)
+
+    def drain_values(self) -> list[str]:
+        return self._drains
+
+    async def restart_api_server(self, downtime: float) -> None:
+        await self.kube.restart(downtime=downtime)
+
+    async def expire_watches(self) -> None:
+        await self.kube.wait_for_watches(1, "nodes")
+        self.kube.expire_history()
+        assert self.kube.inject_watch_error(410, resource="nodes") >= 1
+
+    def agent_kubeconfigs(self) -> tuple[Path, Path]:
+        return self.base / "sa.kubeconfig", self.base / "node.kubeconfig"
+
+    async def close_server(self) -> None:
+        await self.kube.stop()
+
+    def node_writes(self) -> int:
+        return self.kube.count_requests(verb="patch", resource="nodes")
+
+    def event_writes(self) -> int:
+        return self.kube.count_requests(verb="create", resource="events")

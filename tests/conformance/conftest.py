@@ -18,3 +18,20 @@ def kit() -> Path:
     except KitMissing as exc:
         pytest.fail(f"conformance kit missing: {exc}", pytrace=False)
     return path
+
+
+FIGURES = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> list[str]:
+    """Lines of measured figures, printed at the end of the run (the README quotes them)."""
+    return request.config.stash.setdefault(FIGURES, [])
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    lines = config.stash.get(FIGURES, [])
+    if lines:
+        terminalreporter.section("figures")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -59,8 +59,13 @@ async def put_object(cluster: KitCluster, obj: dict[str, Any]) -> dict[str, Any]
     if status == 409:
         name = obj["metadata"]["name"]
         current = await cluster.call("GET", f"{base}/{name}")
-        body = {**obj, "metadata": {**obj["metadata"],
-                                    "resourceVersion": current["metadata"]["resourceVersion"]}}
+        body = {
+            **obj,
+            "metadata": {
+                **obj["metadata"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+        }
         return await cluster.call("PUT", f"{base}/{name}", body)
     if not 200 <= status < 300:
         raise RuntimeError(f"POST {base}: {status} {data}")
@@ -71,8 +76,9 @@ async def admin_watch(cluster: KitCluster, path: str, params: dict[str, str]):
     """Watch events as an admin: one dict each, until the stream ends (raises on HTTP errors)."""
     session = await cluster.session()
     query = {**params, "watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": "60"}
-    async with session.get(cluster.url + path, params=query,
-                           timeout=aiohttp.ClientTimeout(total=None, sock_read=90)) as resp:
+    async with session.get(
+        cluster.url + path, params=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=90)
+    ) as resp:
         if resp.status != 200:
             raise RuntimeError(f"watch {path}: {resp.status} {await resp.text()}")
         async for line in resp.content:
@@ -112,8 +118,8 @@ class RealHarness(Harness):
         # The shipped RBAC, exactly as an operator applies it.
         await asyncio.to_thread(cluster.kubectl, "apply", "-f", str(REPO / "deploy/rbac.yaml"))
         token = await cluster.token_for("image-mode-agent")
-        cluster.write_kubeconfig(self.base / "sa.kubeconfig",
-                                 f"system:serviceaccount:{MCO_NS}:image-mode-agent", token)  # fmt: skip
+        user = f"system:serviceaccount:{MCO_NS}:image-mode-agent"
+        cluster.write_kubeconfig(self.base / "sa.kubeconfig", user, token)
         await self.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"])
         await put_object(cluster, {
             "apiVersion": "v1", "kind": "Node",
@@ -134,8 +140,9 @@ class RealHarness(Harness):
                     rv = listed["metadata"]["resourceVersion"]
                     for item in listed["items"]:
                         last = await self._saw(item, last)
-                async for event in admin_watch(self.cluster, path, {**selector,
-                                                                    "resourceVersion": rv}):
+                async for event in admin_watch(
+                    self.cluster, path, {**selector, "resourceVersion": rv}
+                ):
                     obj = event["object"]
                     if event["type"] == "ERROR":
                         rv = ""  # 410 or 504: relist
@@ -227,8 +234,9 @@ class RealHarness(Harness):
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             async with session.post(f"{etcd}/v3/kv/range", json={"key": key, "limit": 1}) as r:
                 revision = (await r.json())["header"]["revision"]
-            async with session.post(f"{etcd}/v3/kv/compaction",
-                                    json={"revision": revision, "physical": True}) as r:
+            async with session.post(
+                f"{etcd}/v3/kv/compaction", json={"revision": revision, "physical": True}
+            ) as r:
                 if r.status != 200:
                     raise RuntimeError(f"etcd compaction: {r.status} {await r.text()}")
 

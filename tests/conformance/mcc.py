@@ -1,0 +1,284 @@
+"""The real machine-config-controller driving real agent processes: a kit cluster with the MCC,
+one simulated host per Node booted on the cluster's osImageURL, and one supervisor per Node
+that restarts the agent after each simulated reboot (as systemd would), counting boots.
+
+An admin watch over all Nodes records every change with its time, so a test can measure the
+rollout (MachineConfig created → pool Updated) and each agent's share (desiredConfig seen →
+Done written), and check how many Nodes were unavailable at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.host.simulated import SimulatedHost
+from tests.conformance.kit import MCO_NS, KitCluster
+from tests.conformance.real import REPO, admin_watch, put_object
+from tests.scenarios.harness import make_host
+
+P = "machineconfiguration.openshift.io/"
+MC_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigs"
+POOL_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools"
+MCN_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
+
+
+@dataclass
+class NodeHost:
+    name: str
+    sim: SimulatedHost
+    images: dict[str, str]
+    starts: int = 0
+    bad_exits: list[int] = field(default_factory=list)
+    proc: asyncio.subprocess.Process | None = None
+    task: asyncio.Task[None] | None = None
+
+    def reboots(self) -> int:
+        return sum(1 for a in self.sim.actions() if a["kind"] == "reboot")
+
+    def booted(self) -> str:
+        return self.sim.status_document()["status"]["booted"]["image"]["imageDigest"]
+
+
+@dataclass
+class Sample:
+    at: float
+    node: str
+    annotations: dict[str, str]
+    unschedulable: bool
+
+    def unavailable(self) -> bool:
+        """As the node controller counts it (layered_node_state.go): not Done, or cordoned;
+        a failing node (Degraded/Unreconcilable) is not counted."""
+        a = self.annotations
+        state = a.get(P + "state", "Done")
+        done = a.get(P + "currentConfig") == a.get(P + "desiredConfig") and state == "Done"
+        return self.unschedulable or (not done and state not in ("Degraded", "Unreconcilable"))
+
+
+@dataclass
+class MccCluster:
+    cluster: KitCluster
+    base: Path
+    nodes: dict[str, NodeHost] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    async def create(cls, kit: Path, base: Path, workers: int = 1) -> MccCluster:
+        cluster = KitCluster(kit, base / "cluster")
+        await cluster.up()
+        mcc = cls(cluster, base)
+        try:
+            await mcc._prepare(workers)
+        except BaseException:
+            await mcc.close()
+            raise
+        return mcc
+
+    async def _prepare(self, workers: int) -> None:
+        for k in range(workers):
+            sim, images = make_host(self.base / f"worker-{k}")
+            self.nodes[f"worker-{k}"] = NodeHost(f"worker-{k}", sim, images)
+        first = next(iter(self.nodes.values()))
+        # The cluster's osImageURL is the image every host booted: no OS update at bootstrap.
+        rendered = await self.cluster.mcc_up(workers, first.images["v1"])
+        await asyncio.to_thread(self.cluster.kubectl, "apply", "-f",
+                                str(REPO / "deploy/rbac.yaml"))  # fmt: skip
+        token = await self.cluster.token_for("image-mode-agent")
+        user = f"system:serviceaccount:{MCO_NS}:image-mode-agent"
+        self.cluster.write_kubeconfig(self.base / "sa.kubeconfig", user, token)
+        for node in self.nodes.values():
+            # What the machine-config-server leaves on a host at its first boot.
+            seed = node.sim.root / "etc/machine-config-daemon/node-annotations.json"
+            seed.parent.mkdir(parents=True, exist_ok=True)
+            keys = ("currentConfig", "desiredConfig", "firstPivotConfig")
+            seed.write_text(json.dumps({**{P + k: rendered for k in keys}, P + "state": "Done"}))
+        self._tasks.append(asyncio.create_task(self._watch_nodes()))
+
+    @property
+    def bootstrap_config(self) -> str:
+        return self.cluster.rendered
+
+    # -- the agents -------------------------------------------------------------------------
+    def start_agents(self) -> None:
+        for node in self.nodes.values():
+            node.task = asyncio.create_task(self._supervise(node))
+
+    async def _supervise(self, node: NodeHost) -> None:
+        """Run the agent; after a simulated reboot (exit 3) start it again, as systemd would."""
+        while True:
+            node.starts += 1
+            node.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "agent", "--log-level", "warning", "run",
+                "--source", "kube", "--host", f"simulated:{node.sim.base}", "--listen", "",
+                "--kubeconfig", str(self.base / "sa.kubeconfig"),
+                "--node-kubeconfig", str(self.cluster.node_kubeconfig(node.name)),
+                "--node-name", node.name,
+            )  # fmt: skip
+            rc = await node.proc.wait()
+            if rc != 3:
+                node.bad_exits.append(rc)
+                return
+
+    # -- observing ------------------------------------------------------------------------------
+    async def _watch_nodes(self) -> None:
+        rv = ""
+        while True:
+            try:
+                if not rv:
+                    listed = await self.cluster.call("GET", "/api/v1/nodes")
+                    rv = listed["metadata"]["resourceVersion"]
+                    for item in listed["items"]:
+                        self._sample(item)
+                async for event in admin_watch(self.cluster, "/api/v1/nodes",
+                                               {"resourceVersion": rv}):  # fmt: skip
+                    if event["type"] == "ERROR":
+                        rv = ""
+                        break
+                    rv = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._sample(event["object"])
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.2)
+
+    def _sample(self, node: dict[str, Any]) -> None:
+        self.samples.append(Sample(time.monotonic(), node["metadata"]["name"],
+                                   dict(node["metadata"].get("annotations") or {}),
+                                   bool(node.get("spec", {}).get("unschedulable"))))  # fmt: skip
+
+    def first(self, node: str, predicate, after: float = 0.0) -> float | None:
+        for s in self.samples:
+            if s.node == node and s.at >= after and predicate(s.annotations):
+                return s.at
+        return None
+
+    def agent_share(self, node: str, config: str, after: float) -> float:
+        """desiredConfig = config seen on the Node → currentConfig = config and Done."""
+        seen = self.first(node, lambda a: a.get(P + "desiredConfig") == config, after)
+        done = self.first(node, lambda a: a.get(P + "currentConfig") == config
+                          and a.get(P + "state") == "Done", after)  # fmt: skip
+        assert seen is not None and done is not None, f"{node}: no {config} Done after {after}"
+        return done - seen
+
+    def most_unavailable(self, after: float) -> int:
+        """The largest number of Nodes unavailable at the same time since `after`."""
+        latest: dict[str, Sample] = {}
+        worst = 0
+        for s in self.samples:
+            latest[s.node] = s
+            if s.at >= after:
+                worst = max(worst, sum(1 for x in latest.values() if x.unavailable()))
+        return worst
+
+    async def pool(self, name: str = "worker") -> dict[str, Any]:
+        return await self.cluster.call("GET", f"{POOL_PATH}/{name}")
+
+    async def wait_pool(self, predicate, what: str, timeout: float = 180.0) -> dict[str, Any]:
+        pool: dict[str, Any] = {}
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    with contextlib.suppress(RuntimeError):
+                        pool = await self.pool()
+                        if predicate(pool):
+                            return pool
+                    dead = {n.name: n.bad_exits for n in self.nodes.values() if n.bad_exits}
+                    assert not dead, f"an agent exited while waiting for {what}: {dead}"
+                    await asyncio.sleep(0.25)
+        except TimeoutError:
+            status = pool.get("status", {})
+            conditions = {c["type"]: (c["status"], c.get("message", "")[:300])
+                          for c in status.get("conditions", [])}  # fmt: skip
+            raise AssertionError(f"pool not {what} after {timeout} s: {conditions}") from None
+
+    async def wait_updated(self, config: str | None = None, timeout: float = 180.0) -> str:
+        """Pool Updated (every machine at the pool's rendered config); returns that config."""
+
+        def updated(pool: dict[str, Any]) -> bool:
+            status = pool.get("status", {})
+            target = pool["spec"].get("configuration", {}).get("name")
+            machines = len(self.nodes)
+            return (
+                (config is None or target == config)
+                and status.get("configuration", {}).get("name") == target
+                and status.get("updatedMachineCount") == status.get("machineCount") == machines
+                and _condition(pool, "Updated") == "True"
+            )
+
+        pool = await self.wait_pool(updated, f"Updated at {config or 'its config'}", timeout)
+        return pool["spec"]["configuration"]["name"]
+
+    async def wait_degraded(self, timeout: float = 180.0) -> dict[str, Any]:
+        return await self.wait_pool(
+            lambda p: _condition(p, "NodeDegraded") == "True"
+            and p.get("status", {}).get("degradedMachineCount", 0) >= 1,
+            "Degraded", timeout,
+        )  # fmt: skip
+
+    async def wait_new_rendered(self, old: str, timeout: float = 60.0) -> str:
+        pool = await self.wait_pool(
+            lambda p: p["spec"].get("configuration", {}).get("name") not in (None, old),
+            f"rendering past {old}", timeout,
+        )  # fmt: skip
+        return pool["spec"]["configuration"]["name"]
+
+    async def node(self, name: str) -> dict[str, Any]:
+        return await self.cluster.call("GET", f"/api/v1/nodes/{name}")
+
+    async def machine_config_node(self, name: str) -> dict[str, Any] | None:
+        return await self.cluster.get(f"{MCN_PATH}/{name}")
+
+    async def apply(self, obj: dict[str, Any]) -> float:
+        """Create an object; returns the time, for the rollout figure."""
+        at = time.monotonic()
+        await put_object(self.cluster, obj)
+        return at
+
+    async def delete(self, path: str) -> None:
+        await self.cluster.call("DELETE", path)
+
+    async def close(self) -> None:
+        for node in self.nodes.values():
+            if node.task is not None:
+                node.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await node.task
+            if node.proc is not None and node.proc.returncode is None:
+                node.proc.terminate()
+                try:
+                    await asyncio.wait_for(node.proc.wait(), 10)
+                except TimeoutError:
+                    node.proc.kill()
+                    await node.proc.wait()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.cluster.down()
+
+
+def _condition(obj: dict[str, Any], kind: str) -> str | None:
+    for c in obj.get("status", {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c.get("status")
+    return None
+
+
+def machine_config(name: str, *, keys: list[str] | None = None,
+                   os_image: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """A user MachineConfig for the worker pool, as an admin would write it."""
+    config: dict[str, Any] = {"ignition": {"version": "3.5.0"}}
+    if keys is not None:
+        config["passwd"] = {"users": [{"name": "core", "sshAuthorizedKeys": keys}]}
+    spec: dict[str, Any] = {"config": config}
+    if os_image is not None:
+        spec["osImageURL"] = os_image
+    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": name, "labels": {P + "role": "worker"}}, "spec": spec}  # fmt: skip

@@ -1,0 +1,177 @@
+"""End to end with the real machine-config-controller: its render, node and drain controllers
+drive one agent per Node (simulated hosts booted on the cluster's osImageURL)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.mcc import MC_PATH, MccCluster, P, machine_config
+
+pytestmark = pytest.mark.asyncio
+KUBELETCONFIG_PATH = "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs"
+
+
+def drains(mcc: MccCluster, node: str, key: str = "desiredDrain") -> list[str]:
+    """Every value the annotation took on the Node, in order."""
+    values: list[str] = []
+    for s in mcc.samples:
+        value = s.annotations.get(P + key)
+        if s.node == node and value and (not values or values[-1] != value):
+            values.append(value)
+    return values
+
+
+async def test_bootstrap_ssh_key_then_image_update(kit: Path, tmp_path: Path,
+                                                   figures: list[str]) -> None:  # fmt: skip
+    mcc = await MccCluster.create(kit, tmp_path, workers=1)
+    try:
+        node = mcc.nodes["worker-0"]
+        t = time.monotonic()
+        mcc.start_agents()
+        r0 = await mcc.wait_updated(mcc.bootstrap_config)
+        figures.append(f"bootstrap: pool Updated {time.monotonic() - t:.1f} s after the agent "
+                       "started (first-boot annotations from node-annotations.json)")  # fmt: skip
+
+        # An SSH key: live, no drain, no reboot.
+        t = await mcc.apply(machine_config("99-worker-ssh", keys=["ssh-ed25519 AAAA-conf"]))
+        r1 = await mcc.wait_new_rendered(r0)
+        await mcc.wait_updated(r1)
+        total, share = time.monotonic() - t, mcc.agent_share("worker-0", r1, t)
+        figures.append(
+            f"ssh-key MachineConfig: pool Updated {total:.1f} s after its creation; "
+            f"agent share (desiredConfig seen -> Done) {share * 1000:.0f} ms"
+        )
+        keys = node.sim.root / "home/core/.ssh/authorized_keys.d/ignition"
+        assert keys.read_text() == "ssh-ed25519 AAAA-conf\n"
+        assert node.reboots() == 0 and drains(mcc, "worker-0") == []
+
+        # A new osImageURL: staged, drained by the real drain controller, one reboot.
+        t = await mcc.apply(machine_config("99-worker-os", os_image=node.images["v2"]))
+        r2 = await mcc.wait_new_rendered(r1)
+        await mcc.wait_updated(r2)
+        total, share = time.monotonic() - t, mcc.agent_share("worker-0", r2, t)
+        figures.append(f"osImageURL MachineConfig: pool Updated {total:.1f} s after its "
+                       f"creation; agent share {share:.1f} s (staging, the drain controller's "
+                       "drain and uncordon, one reboot)")  # fmt: skip
+        assert node.booted() == node.images["v2"].split("@")[1]
+        assert node.reboots() == 1 and node.starts == 2
+        assert drains(mcc, "worker-0") == [f"drain-{r2}", f"uncordon-{r2}"]
+        assert drains(mcc, "worker-0", "lastAppliedDrain") == [f"drain-{r2}", f"uncordon-{r2}"]
+        assert any(s.unschedulable for s in mcc.samples if s.node == "worker-0")
+        final = await mcc.node("worker-0")
+        assert not final["spec"].get("unschedulable")
+        assert final["metadata"]["annotations"][P + "state"] == "Done"
+        assert keys.read_text() == "ssh-ed25519 AAAA-conf\n"
+    finally:
+        await mcc.close()
+
+
+async def test_kubeletconfig_refused_then_healed(kit: Path, tmp_path: Path,
+                                                figures: list[str]) -> None:  # fmt: skip
+    mcc = await MccCluster.create(kit, tmp_path, workers=1)
+    try:
+        node = mcc.nodes["worker-0"]
+        mcc.start_agents()
+        r0 = await mcc.wait_updated(mcc.bootstrap_config)
+        t = await mcc.apply({
+            "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "KubeletConfig",
+            "metadata": {"name": "max-pods"},
+            "spec": {"machineConfigPoolSelector": {"matchLabels": {
+                         "pools.operator.machineconfiguration.openshift.io/worker": ""}},
+                     "kubeletConfig": {"maxPods": 300}},
+        })  # fmt: skip
+        r1 = await mcc.wait_new_rendered(r0)
+        pool = await mcc.wait_degraded()
+        figures.append(f"KubeletConfig: pool Degraded {time.monotonic() - t:.1f} s after its "
+                       "creation (refused: image content)")  # fmt: skip
+        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
+        assert annotations[P + "desiredConfig"] == r1
+        assert annotations[P + "currentConfig"] == r0
+        assert "need an image build" in annotations[P + "reason"]
+        assert "/etc/kubernetes/kubelet.conf" in annotations[P + "reason"]
+        messages = " ".join(c.get("message", "") for c in pool["status"]["conditions"])
+        assert "need an image build" in messages
+        assert node.reboots() == 0 and drains(mcc, "worker-0") == []
+
+        t = time.monotonic()
+        await mcc.delete(f"{KUBELETCONFIG_PATH}/max-pods")
+        await mcc.wait_updated(r0)
+        figures.append(f"KubeletConfig deleted: pool Updated again {time.monotonic() - t:.1f} s "
+                       "later")  # fmt: skip
+        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
+        assert annotations[P + "state"] == "Done" and annotations[P + "reason"] == ""
+        assert node.reboots() == 0
+    finally:
+        await mcc.close()
+
+
+async def test_bad_image_rolled_back_then_healed(kit: Path, tmp_path: Path,
+                                                figures: list[str]) -> None:  # fmt: skip
+    mcc = await MccCluster.create(kit, tmp_path, workers=1)
+    try:
+        node = mcc.nodes["worker-0"]
+        mcc.start_agents()
+        r0 = await mcc.wait_updated(mcc.bootstrap_config)
+        t = await mcc.apply(machine_config("99-worker-os", os_image=node.images["bad"]))
+        r1 = await mcc.wait_new_rendered(r0)
+        pool = await mcc.wait_degraded()
+        figures.append(
+            f"bad image: pool Degraded {time.monotonic() - t:.1f} s after the "
+            "MachineConfig (staged, drained, booted, check failed, rolled back)"
+        )
+        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
+        assert annotations[P + "currentConfig"] == r0
+        assert "rolled back to" in annotations[P + "reason"]
+        assert node.booted() == node.images["v1"].split("@")[1]
+        assert node.reboots() == 2
+        messages = " ".join(c.get("message", "") for c in pool["status"]["conditions"])
+        assert "rolled back" in messages
+
+        t = time.monotonic()
+        await mcc.delete(f"{MC_PATH}/99-worker-os")
+        await mcc.wait_updated(r0)
+        figures.append(f"bad image MachineConfig deleted: pool Updated again "
+                       f"{time.monotonic() - t:.1f} s later")  # fmt: skip
+        final = await mcc.node("worker-0")
+        assert final["metadata"]["annotations"][P + "state"] == "Done"
+        assert not final["spec"].get("unschedulable")
+        assert node.reboots() == 2  # healing the pool needed no further reboot
+        assert drains(mcc, "worker-0")[:2] == [f"drain-{r1}", f"uncordon-{r0}"]
+    finally:
+        await mcc.close()
+
+
+async def test_three_nodes_roll_one_at_a_time(kit: Path, tmp_path: Path,
+                                             figures: list[str]) -> None:  # fmt: skip
+    mcc = await MccCluster.create(kit, tmp_path, workers=3)
+    try:
+        mcc.start_agents()
+        r0 = await mcc.wait_updated(mcc.bootstrap_config)
+        image = mcc.nodes["worker-0"].images["v2"]
+        t = await mcc.apply(machine_config("99-worker-os", os_image=image))
+        r1 = await mcc.wait_new_rendered(r0)
+        await mcc.wait_updated(r1, timeout=300)
+        total = time.monotonic() - t
+        shares = [mcc.agent_share(n, r1, t) for n in sorted(mcc.nodes)]
+        figures.append(f"3-node pool, maxUnavailable 1, image update: pool Updated {total:.1f} s "
+                       "after the MachineConfig; agent shares "
+                       + ", ".join(f"{s:.1f}" for s in shares) + " s")  # fmt: skip
+        assert mcc.most_unavailable(after=t) == 1
+        for name, node in mcc.nodes.items():
+            assert node.booted() == image.split("@")[1], name
+            assert node.reboots() == 1, name
+        # One at a time: each Node's update window ends before the next one's starts.
+        windows = sorted(
+            (mcc.first(n, lambda a: a.get(P + "desiredConfig") == r1, t),
+             mcc.first(n, lambda a: a.get(P + "currentConfig") == r1
+                       and a.get(P + "state") == "Done", t))
+            for n in mcc.nodes
+        )  # fmt: skip
+        for (_, end), (start, _) in itertools.pairwise(windows):
+            assert end <= start
+    finally:
+        await mcc.close()

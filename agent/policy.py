@@ -19,12 +19,17 @@ USER_CA_BUNDLE = "/etc/pki/ca-trust/source/anchors/openshift-config-user-ca-bund
 KUBELET_CA = "/etc/kubernetes/kubelet-ca.crt"
 CLOUD_CA = "/etc/kubernetes/static-pod-resources/configmaps/cloud-config/ca-bundle.pem"
 INTERNAL_PULL_SECRET = "/etc/mco/internal-registry-pull-secret.json"
+# The bootstrap kubeconfig and the kubelet's own: the MCD rewrites their cluster CA when the
+# kube-apiserver's serving CA rotates (pkg/daemon/certificate_writer.go).
+KUBECONFIG = "/etc/kubernetes/kubeconfig"
+KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig"
 SSH_KEYS_PATH = "/home/core/.ssh/authorized_keys.d/ignition"
 SHADOW_PATH = "/etc/shadow"
 FORCE_FILE = "/run/machine-config-daemon-force"
 
 # Contents of these never reach a log, an event or a reason.
-SECRET_PATHS = frozenset({PULL_SECRET, BOOTC_AUTH, INTERNAL_PULL_SECRET, SHADOW_PATH})
+SECRET_PATHS = frozenset({PULL_SECRET, BOOTC_AUTH, INTERNAL_PULL_SECRET, SHADOW_PATH, KUBECONFIG,
+                          KUBELET_KUBECONFIG})  # fmt: skip
 # Files written with a forced mode regardless of what the MachineConfig says.
 FORCED_MODES = {PULL_SECRET: 0o600, BOOTC_AUTH: 0o600, INTERNAL_PULL_SECRET: 0o600}
 # A live write of the key also lands at these paths (bootc reads its pull secret there).
@@ -166,8 +171,9 @@ def policy_from_machine_configuration(obj: Any) -> LivePolicy | None:
 
 CERTS_DIR = "/etc/docker/certs.d/"
 _FIXED_LIVE_PATHS = frozenset(
-    {SSH_KEYS_PATH, SHADOW_PATH, BOOTC_AUTH, KUBELET_CA, CLOUD_CA, INTERNAL_PULL_SECRET}
-)
+    {SSH_KEYS_PATH, SHADOW_PATH, BOOTC_AUTH, KUBELET_CA, CLOUD_CA, INTERNAL_PULL_SECRET,
+     KUBECONFIG, KUBELET_KUBECONFIG}
+)  # fmt: skip
 
 
 @dataclass

@@ -23,8 +23,17 @@ SA_RULES = [
         ("machineconfiguration.openshift.io", "controllerconfigs"),
         ("operator.openshift.io", "machineconfigurations"),
         ("", "pods"),
+        ("machineconfiguration.openshift.io", "machineconfigpools"),
     )
-] + [("create", "", "pods/eviction")]
+] + [
+    ("create", "", "pods/eviction"),
+    ("get", "machineconfiguration.openshift.io", "machineconfignodes"),
+    ("create", "machineconfiguration.openshift.io", "machineconfignodes"),
+    ("patch", "machineconfiguration.openshift.io", "machineconfignodes/status"),
+    ("update", "machineconfiguration.openshift.io", "machineconfignodes/status"),
+]
+# deploy/rbac.yaml grants this one in the operator's namespace only (a Role, as the MCD's).
+NAMESPACED_SA_RULES = [("get", "", "configmaps")]
 
 
 @dataclass
@@ -63,7 +72,7 @@ class Cluster:
                   "spec": {}})  # fmt: skip
         node_id = kube.node_identity(cluster.node)
         sa = kube.service_account("openshift-machine-config-operator", "machine-config-daemon",
-                                  SA_RULES)  # fmt: skip
+                                  SA_RULES + NAMESPACED_SA_RULES)  # fmt: skip
         kube.write_kubeconfig(base / "node.kubeconfig", node_id)
         kube.write_kubeconfig(base / "sa.kubeconfig", sa)
         return cluster

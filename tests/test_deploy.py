@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.clusterkit import SA_RULES
+from tests.clusterkit import NAMESPACED_SA_RULES, SA_RULES
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
@@ -20,6 +20,19 @@ def test_rbac_matches_what_the_agent_uses() -> None:
                for group in rule["apiGroups"] for resource in rule["resources"]
                for verb in rule["verbs"]}  # fmt: skip
     assert granted == set(SA_RULES)
+
+
+def test_namespaced_rbac_matches_what_the_agent_uses() -> None:
+    docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    role = next(d for d in docs if d["kind"] == "Role")
+    granted = {(verb, group, resource) for rule in role["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"]
+               for verb in rule["verbs"]}  # fmt: skip
+    assert granted == set(NAMESPACED_SA_RULES)
+    assert role["rules"][0]["resourceNames"] == ["kubeconfig-data"]
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
 
 
 def test_daemonset_parses_and_runs_the_agent() -> None:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 
 from agent.cluster import annotations as A
-from agent.cluster.certs import certificates, write_certificates
+from agent.cluster import kubeconfig as kc
+from agent.cluster import mcn as M
+from agent.cluster.certs import certificates, rotate_server_ca, write_certificates
 from agent.cluster.drain import Drainer, DrainHandshake, DrainTimeout, SelfDrain
 from agent.cluster.events import EventRecorder
 from agent.cluster.kube import (
@@ -26,6 +28,7 @@ from agent.cluster.kube import (
     KubeError,
     node_path,
 )
+from agent.cluster.mcn import MachineConfigNodeWriter
 from agent.cluster.watch import ObjectWatch
 from agent.desired import Desired
 from agent.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
@@ -38,6 +41,10 @@ from agent.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configur
 
 NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
 _RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
+# A reboot waits this long at most for the MachineConfigNode to say so.
+_MCN_FLUSH_TIMEOUT = 5.0
+# Journal phases an engine pass resumes from after a boot.
+_AFTER_BOOT = ("rebooting", "rolling-back", "rollback-rebooting", "committing")
 
 
 @dataclass
@@ -49,6 +56,22 @@ class ClusterOptions:
     dry_run: bool = False
     max_boot_attempts: int = 1
     soft_reboot: bool = False
+
+
+@dataclass
+class _Pass:
+    """What one engine pass did, as its checkpoints tell: the MachineConfigNode steps depend on
+    the phase it started from and on what it touched."""
+
+    start: str = "idle"  # the journal's phase when the pass began
+    live_writes: int = 0
+    actions: list[str] = field(default_factory=list)
+    prepared: bool = False
+
+    @property
+    def ran(self) -> bool:
+        """An update ran or resumed (not a pass that found nothing to do)."""
+        return self.prepared or self.start in _AFTER_BOOT
 
 
 class ClusterAgent:
@@ -80,8 +103,12 @@ class ClusterAgent:
                 self.node, self.patch_node, options.drain_timeout, options.uncordon_timeout
             )
         )
+        self.mcn = MachineConfigNodeWriter(api, self.name, lambda: self.node.obj,
+                                           enabled=not options.dry_run)  # fmt: skip
+        self._pass = _Pass()
         hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
-                      notice=self.board.metrics.notice)  # fmt: skip
+                      notice=self.board.metrics.notice,
+                      checkpoint=self._on_checkpoint)  # fmt: skip
         self.engine = Engine(host, policy=allowlist.policy, hooks=hooks,
                              max_boot_attempts=options.max_boot_attempts,
                              soft_reboot=options.soft_reboot)  # fmt: skip
@@ -109,6 +136,8 @@ class ClusterAgent:
                 await self.node.observe(await self.node_api.patch(node_path(self.name), body))
 
     async def _set_state(self, state: str, reason: str = "", **extra: str | None) -> None:
+        if state == DEGRADED:  # the MCD reports every Degraded on its MachineConfigNode too
+            self.mcn.record(M.degraded(self.name, reason))
         node = A.NodeView.of(self.node.obj or {})
         values: dict[str, str | None] = {A.STATE: state, A.REASON: A.truncate(reason), **extra}
         if all(node.annotations.get(k, None) == v for k, v in values.items()):
@@ -134,6 +163,7 @@ class ClusterAgent:
         """Until cancelled; returns 3 when a simulated reboot ends the process."""
         for watch in (self.node, self.controller_config, self.configuration):
             self._tasks.append(asyncio.create_task(watch.run()))
+        self.mcn.start()
         try:
             # Policy and certificates must be known before the first decision.
             for watch in (self.node, self.controller_config, self.configuration):
@@ -166,6 +196,7 @@ class ClusterAgent:
                     async with asyncio.timeout(timeout):
                         await self.wakeup.wait()
         finally:
+            await self.mcn.close()  # bounded: what a reboot or a stop left queued
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -215,6 +246,7 @@ class ClusterAgent:
         journal = self.engine.journal.load()
         settled = node.is_done() and journal.update_key == desired.key
         if settled and str(journal.phase) == "idle":
+            self.mcn.record(M.updated(self.name))  # as the MCD on every pass with nothing to do
             return None
         if self.options.dry_run:
             outcome = await self.engine.reconcile(desired, dry_run=True)
@@ -224,8 +256,10 @@ class ClusterAgent:
             "degraded",
             "unreconcilable",
         )
+        self.mcn.record(M.needs_update(self.name))
         if not node.is_done() and not stuck:
             await self._set_state("Working", "")
+        self._pass = _Pass(start=str(journal.phase))
         try:
             outcome = await self.engine.reconcile(desired)
         except DrainTimeout as exc:
@@ -259,9 +293,16 @@ class ClusterAgent:
         name = desired.config.name
         match outcome.state:
             case "Done":
+                ran, config = self._pass.ran, outcome.current_config or name
+                if ran:
+                    self.mcn.record(M.resumed(config))
                 fresh = A.NodeView.of(self.node.obj or {})
                 if self.drainer.drained(fresh) and not fresh.single_replica:
-                    await self.drainer.uncordon(outcome.current_config or name)
+                    await self.drainer.uncordon(config)
+                    unschedulable = A.NodeView.of(self.node.obj or {}).unschedulable
+                    self.mcn.record(M.uncordoned(unschedulable))
+                elif ran:
+                    self.mcn.record(M.uncordon_not_required())
                 if outcome.plan is not None and outcome.plan.verdict == "live":
                     await self.events.emit("SkipReboot", f"Config changes to {name} applied "
                                            "live; no reboot or drain needed")  # fmt: skip
@@ -273,7 +314,14 @@ class ClusterAgent:
                                        f"{outcome.current_config or name} to Done")  # fmt: skip
                 if any(fresh.annotations.get(k) != v for k, v in wanted):
                     await self.patch_node(patch)
+                if ran and self._pass.start == "rebooting":
+                    self.mcn.record(M.resumed(config, annotations_written=True))
+                self.mcn.record(M.healthy(self.name))
+                self.mcn.record(M.updated(self.name))
             case "Unreconcilable":
+                current = node.get(A.CURRENT_CONFIG) or ""
+                self.mcn.record(M.not_compatible(current, name, outcome.reason))
+                self.mcn.record(M.degraded(self.name, outcome.reason))
                 await self.events.emit("FailedToReconcile", outcome.reason, warning=True)
                 await self._set_state(UNRECONCILABLE, outcome.reason)
             case "Degraded":
@@ -289,13 +337,71 @@ class ClusterAgent:
     async def _before_reboot(self, desired: Desired) -> None:
         """After staging, before the reboot: drain, then say we reboot."""
         node = A.NodeView.of(self.node.obj or {})
-        target = desired.target
+        target, name = desired.target, desired.config.name
         await self.events.emit("OSUpdateStaged", f"Changes to OS staged: {target}")
         if not node.single_replica:
-            await self.events.emit("Drain", f"Draining node to update config {desired.config.name}")
-            await self.drainer.drain(desired.config.name)
+            await self.events.emit("Drain", f"Draining node to update config {name}")
+            if self.options.drain == "self":  # we are the drain controller: say what it says
+                self.mcn.record(M.cordoned())
+                self.mcn.record(M.draining(f"drain-{name}", node.get(A.LAST_APPLIED_DRAIN) or ""))
+            await self.drainer.drain(name)
+            # The drain controller writes the same once it drained: no second write then.
+            self.mcn.record(M.drained(f"drain-{name}"))
+            # The MCD drains before it writes; we staged first, so the executed phase ends
+            # here and is reported complete again, as the MCD leaves it before its reboot.
+            self.mcn.record(M.applied_files_and_os(True, self._pass.live_writes > 0))
+        self.mcn.record(M.rebooting())
         await self.patch_node(A.annotations_patch({A.POST_CONFIG_ACTION: A.REBOOTING}))
-        await self.events.emit("Reboot", f"Node will reboot into config {desired.config.name}")
+        await self.events.emit("Reboot", f"Node will reboot into config {name}")
+        self.mcn.record(M.healthy(self.name))  # the MCD's update() returns with the reboot queued
+        await self.mcn.flush(_MCN_FLUSH_TIMEOUT)
+
+    def _on_checkpoint(self, label: str) -> None:
+        """The engine's steps (journal phases and side effects) as the MachineConfigNode steps
+        the MCD takes at the same points."""
+        step, _, what = label.partition(":")
+        p = self._pass
+        if step == "did":
+            if what.startswith("live:"):
+                p.live_writes += 1
+            elif what.startswith("action:"):
+                p.actions.append(what.removeprefix("action:"))
+            elif what == "stage" and p.prepared:
+                self.mcn.record(M.applied_files_and_os(True, p.live_writes > 0))
+            return
+        fresh = p.start not in _AFTER_BOOT
+        match what:
+            case "staging" if fresh:
+                self._mcn_prepared(image=True)
+            case "committing" if fresh:
+                self._mcn_prepared(image=False)
+                self.mcn.record(M.applied_files_and_os(False, p.live_writes > 0))
+                for action in p.actions or ["none"]:
+                    if action == "none":
+                        self.mcn.record(M.post_action_none())
+                    elif action.startswith("reload ") or action == "daemon-reload":
+                        self.mcn.record(M.post_action_reloaded(action.removeprefix("reload ")))
+                    # a restart writes no condition in the MCD either
+            case "committing" | "rolling-back" if p.start == "rebooting":
+                self.mcn.record(M.rebooted())
+            case "degraded" if p.start == "rollback-rebooting":
+                self.mcn.record(M.rebooted())
+            case "rebooting" | "rollback-rebooting":
+                self.mcn.record(M.rebooting())
+            case _:
+                pass
+
+    def _mcn_prepared(self, *, image: bool) -> None:
+        """The update is known to be compatible and what it needs: the MCD's preparation."""
+        p = self._pass
+        if p.prepared:
+            return
+        p.prepared = True
+        drain = image and not A.NodeView.of(self.node.obj or {}).single_replica
+        self.mcn.record(M.prepared(drain))
+        if not drain:
+            self.mcn.record(M.drain_not_required())
+        self.mcn.record(M.applying_files_and_os(image, p.live_writes > 0))
 
     # -- inputs --------------------------------------------------------------------------------
     async def _rendered(self, name: str) -> dict[str, Any] | None:
@@ -341,12 +447,13 @@ class ClusterAgent:
         self.engine.policy = policy
 
     async def _sync_certificates(self, node: A.NodeView) -> None:
+        """The MCD's certificate writer (pkg/daemon/certificate_writer.go): the ControllerConfig's
+        certificates, then the kube-apiserver serving-CA rotation of the kubeconfigs, then
+        `lastSyncedControllerConfigResourceVersion` and `lastObservedServerCAAnnotation`."""
         cc = self.controller_config.obj
-        if cc is None:
+        if cc is None or self.options.dry_run or not kc.certificates_due(cc, node.annotations):
             return
         version = (cc.get("metadata") or {}).get("resourceVersion", "")
-        if node.get(A.LAST_SYNCED_CC) == version or self.options.dry_run:
-            return
         try:
             certs = certificates(cc)
         except InputError as exc:
@@ -354,7 +461,34 @@ class ClusterAgent:
             return
         changed = await asyncio.to_thread(write_certificates, self.host.files, certs)
         self.log.info("certificates synced", changed=changed, resource_version=version)
-        await self.patch_node(A.annotations_patch({A.LAST_SYNCED_CC: version}))
+        values: dict[str, str | None] = {A.LAST_SYNCED_CC: version}
+        observed = kc.rotate_value(cc)
+        if kc.rotation_due(cc, node.annotations):
+            try:
+                configmap: dict[str, Any] = await self.api.get(kc.KUBECONFIG_DATA_PATH)
+            except KubeError as exc:
+                if exc.status >= 500:
+                    raise
+                self.log.warning("cannot read " + kc.KUBECONFIG_DATA_SOURCE, error=str(exc))
+                configmap = {}
+            try:
+                bundle = kc.ca_bundle(configmap)
+                if bundle is not None:
+                    plan, done = await rotate_server_ca(self.host, bundle)
+                    self.log.info("kube-apiserver serving CA synced", done=done,
+                                  added=plan.added, restart=plan.restart_kubelet)  # fmt: skip
+            except InputError as exc:
+                await self._set_state("Degraded", f"kube-apiserver serving CA rotation: {exc}")
+                return
+            if bundle is None:
+                # The MCD records the flag as observed anyway, which drops the rotation for
+                # good; leaving it unrecorded makes the next pass ask again.
+                self.log.warning("no " + kc.CA_BUNDLE_KEY + " in " + kc.KUBECONFIG_DATA_SOURCE)
+                observed = node.annotations.get(A.LAST_OBSERVED_SERVER_CA, "")
+        if node.annotations.get(A.LAST_OBSERVED_SERVER_CA, "") != observed:
+            values[A.LAST_OBSERVED_SERVER_CA] = observed
+        if any(node.annotations.get(key) != value for key, value in values.items()):
+            await self.patch_node(A.annotations_patch(values))
 
     async def _seed_first_boot(self) -> bool:
         """A Node with no currentConfig gets the annotations the machine-config-server left on

@@ -17,6 +17,13 @@ LAST_APPLIED_DRAIN = PREFIX + "lastAppliedDrain"
 POST_CONFIG_ACTION = PREFIX + "post-config-action"
 CONTROL_PLANE_TOPOLOGY = PREFIX + "controlPlaneTopology"
 LAST_SYNCED_CC = PREFIX + "lastSyncedControllerConfigResourceVersion"
+# The MCD's ControllerConfigSyncServerCA (pkg/daemon/constants/constants.go): the value of the
+# ControllerConfig's SERVICE_CA_ROTATE the node last acted on.
+LAST_OBSERVED_SERVER_CA = PREFIX + "lastObservedServerCAAnnotation"
+# On ControllerConfig, set by the operator (pkg/operator/sync.go syncControllerConfig): "true" right
+# after it copied a new kube-apiserver serving CA into the kubeconfig-data ConfigMap, else "false".
+SERVICE_CA_ROTATE = PREFIX + "service-ca-rotate"
+SERVICE_CA_ROTATE_TRUE = "true"
 # Ours: the node was cordoned by an admin before a self-drain, so we must not uncordon it.
 ADMIN_CORDONED = "image-mode-agent.openshift.io/admin-cordoned"
 

@@ -1,17 +1,27 @@
 """Certificates from ControllerConfig `machine-config-controller`, written live
-(DESIGN.md §3, reference/mco-daemon.md §4.3)."""
+(DESIGN.md §3, reference/mco-daemon.md §4.3; upstream `pkg/daemon/certificate_writer.go`), and
+the kubeconfig CA rotation that comes with them (`agent/cluster/kubeconfig.py`)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.cluster.kubeconfig import ServerCAPlan, plan_server_ca, with_certificate_authority
 from agent.errors import InputError
-from agent.host.ports import FilesPort
+from agent.host.ports import FilesPort, Host
 from agent.model.ignition import Owner
-from agent.policy import CERTS_DIR, CLOUD_CA, INTERNAL_PULL_SECRET, KUBELET_CA
+from agent.policy import (
+    CERTS_DIR,
+    CLOUD_CA,
+    INTERNAL_PULL_SECRET,
+    KUBECONFIG,
+    KUBELET_CA,
+    KUBELET_KUBECONFIG,
+)
 
 ROOT = Owner(id=0)
 
@@ -68,20 +78,67 @@ def certificates(controller_config: dict[str, Any]) -> CertSet:
     return CertSet(tuple(files), frozenset(dirs))
 
 
+def _write_if_changed(files_port: FilesPort, cert: CertFile) -> bool:
+    if files_port.read(cert.path) == cert.contents:
+        return False
+    mode = files_port.mode_of(cert.path)
+    files_port.write(cert.path, cert.contents, mode=cert.new_mode if mode is None else mode,
+                     user=ROOT, group=ROOT)  # fmt: skip
+    return True
+
+
 def write_certificates(files_port: FilesPort, certs: CertSet) -> list[str]:
     """Write the set (atomic, existing modes kept) and remove registry directories that are
     no longer listed. Returns the paths written or removed, for the log."""
-    changed = []
-    for cert in certs.files:
-        if files_port.read(cert.path) == cert.contents:
-            continue
-        mode = files_port.mode_of(cert.path)
-        files_port.write(cert.path, cert.contents, mode=cert.new_mode if mode is None else mode,
-                         user=ROOT, group=ROOT)  # fmt: skip
-        changed.append(cert.path)
+    changed = [cert.path for cert in certs.files if _write_if_changed(files_port, cert)]
     base = CERTS_DIR.rstrip("/")
     for directory in files_port.list_dir(base):
         if directory not in certs.registry_dirs:
             files_port.remove_dir(f"{base}/{directory}")
             changed.append(f"{base}/{directory}")
     return changed
+
+
+def _read_kubeconfig(files_port: FilesPort, path: str) -> bytes:
+    data = files_port.read(path)
+    if data is None:
+        raise InputError("file not found", source=path)
+    return data
+
+
+async def rotate_server_ca(host: Host, bundle: bytes) -> tuple[ServerCAPlan, list[str]]:
+    """Bring the kubeconfigs to the kube-apiserver serving-CA `bundle` (the kubeconfig-data
+    ConfigMap's), as the MCD does (`syncControllerConfigHandler`): `/etc/kubernetes/kubeconfig`
+    gets every parseable certificate when one is new to it; when a new one is not a
+    localhost/lb signer, `/var/lib/kubelet/kubeconfig` gets the same CA data, then
+    `daemon-reload` and a restart of kubelet.service. Existing modes are kept. Returns the
+    plan and what was written or done, for the log.
+
+    A kubeconfig that cannot be read or parsed is an InputError before anything is written.
+    Order: the kubelet's kubeconfig and its restart come first and `/etc/kubernetes/kubeconfig`
+    last, because the decision is taken from the latter: a failure part-way leaves the
+    decision as it was and the next attempt does the whole step again (the MCD writes
+    /etc/kubernetes/kubeconfig first and so never retries a failed kubelet restart). Where the
+    MCD stops the kubelet, writes and starts it, a restart after the atomic write is the same:
+    the kubelet reads its kubeconfig only when it starts."""
+    files = host.files
+    kubeconfig = await asyncio.to_thread(_read_kubeconfig, files, KUBECONFIG)
+    plan = plan_server_ca(kubeconfig, bundle, KUBECONFIG)
+    if plan.kubeconfig is None:
+        return plan, []
+    done = []
+    if plan.restart_kubelet:
+        kubelet = await asyncio.to_thread(_read_kubeconfig, files, KUBELET_KUBECONFIG)
+        new = with_certificate_authority(kubelet, plan.ca, KUBELET_KUBECONFIG)
+        if await asyncio.to_thread(
+            _write_if_changed, files, CertFile(KUBELET_KUBECONFIG, new, 0o600)
+        ):
+            done.append(KUBELET_KUBECONFIG)
+        for action in ("daemon-reload", "restart kubelet.service"):
+            await host.system.perform(action)
+            done.append(action)
+    if await asyncio.to_thread(
+        _write_if_changed, files, CertFile(KUBECONFIG, plan.kubeconfig, 0o600)
+    ):
+        done.append(KUBECONFIG)
+    return plan, done

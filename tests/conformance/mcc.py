@@ -230,6 +230,14 @@ class MccCluster:
         )  # fmt: skip
         return pool["spec"]["configuration"]["name"]
 
+    async def wait_annotation(self, node: str, key: str, value: str,
+                              timeout: float = 60.0) -> None:  # fmt: skip
+        """Until the Node's annotation has the value (the admin watch's samples)."""
+        async with asyncio.timeout(timeout):
+            while not any(s.node == node and s.annotations.get(key) == value
+                          for s in self.samples):  # fmt: skip
+                await asyncio.sleep(0.1)
+
     async def node(self, name: str) -> dict[str, Any]:
         return await self.cluster.call("GET", f"/api/v1/nodes/{name}")
 

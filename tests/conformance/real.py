@@ -34,6 +34,7 @@ KUBELET_ANNOTATION = {"volumes.kubernetes.io/controller-managed-attach-detach": 
 _PATHS = {
     ("v1", "Node"): "/api/v1/nodes",
     ("v1", "Namespace"): "/api/v1/namespaces",
+    ("v1", "ConfigMap"): "/api/v1/namespaces/{namespace}/configmaps",
     ("machineconfiguration.openshift.io/v1", "MachineConfig"):
         "/apis/machineconfiguration.openshift.io/v1/machineconfigs",
     ("machineconfiguration.openshift.io/v1", "ControllerConfig"):
@@ -49,7 +50,8 @@ _KINDS = {kind: path for (_, kind), path in _PATHS.items()}
 def collection(obj_or_kind: dict[str, Any] | str) -> str:
     if isinstance(obj_or_kind, str):
         return _KINDS[obj_or_kind]
-    return _PATHS[(obj_or_kind["apiVersion"], obj_or_kind["kind"])]
+    path = _PATHS[(obj_or_kind["apiVersion"], obj_or_kind["kind"])]
+    return path.format(namespace=obj_or_kind["metadata"].get("namespace", ""))
 
 
 async def put_object(cluster: KitCluster, obj: dict[str, Any]) -> dict[str, Any]:

@@ -3,12 +3,16 @@ drive one agent per Node (simulated hosts booted on the cluster's osImageURL).""
 
 from __future__ import annotations
 
+import base64
 import itertools
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+from tests.conformance.kit import MCO_NS
 from tests.conformance.mcc import MC_PATH, MccCluster, P, machine_config
 
 pytestmark = pytest.mark.asyncio
@@ -173,5 +177,71 @@ async def test_three_nodes_roll_one_at_a_time(kit: Path, tmp_path: Path,
         )  # fmt: skip
         for (_, end), (start, _) in itertools.pairwise(windows):
             assert end <= start
+    finally:
+        await mcc.close()
+
+
+def _ca(directory: Path, name: str) -> bytes:
+    """A real self-signed CA certificate (PEM), as the kube-apiserver operator's signers are."""
+    key, crt = directory / f"{name}.key", directory / f"{name}.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-subj", f"/CN={name}", "-days", "30", "-out", str(crt)],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return crt.read_bytes()
+
+
+def _kubeconfig(ca: bytes, user: str) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": "https://api-int.example:6443",
+            "certificate-authority-data": base64.b64encode(ca).decode()}}],
+        "users": [{"name": user, "user": {"client-certificate": f"/var/lib/{user}.crt"}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    })  # fmt: skip
+
+
+async def test_serving_ca_rotation_rewrites_the_kubeconfigs(kit: Path, tmp_path: Path) -> None:
+    """What the operator does when the kube-apiserver serving CA rotates (pkg/operator/sync.go
+    syncControllerConfig): the bundle into ConfigMap kubeconfig-data, then the ControllerConfig
+    annotation service-ca-rotate=true; the agent rewrites the CA data of both kubeconfigs and
+    restarts the kubelet once, as the MCD's certificate writer does."""
+    mcc = await MccCluster.create(kit, tmp_path, workers=1)
+    try:
+        node = mcc.nodes["worker-0"]
+        old, new = _ca(tmp_path, "kube-apiserver-service-network-signer"), _ca(tmp_path, "next")
+        files = {"etc/kubernetes/kubeconfig": _kubeconfig(old, "kubelet"),
+                 "var/lib/kubelet/kubeconfig": _kubeconfig(old, "node")}  # fmt: skip
+        for rel, text in files.items():
+            (node.sim.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (node.sim.root / rel).write_text(text)
+            (node.sim.root / rel).chmod(0o600)
+        mcc.start_agents()
+        await mcc.wait_updated(mcc.bootstrap_config)
+        await mcc.apply({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kubeconfig-data", "namespace": MCO_NS},
+            "binaryData": {"ca-bundle.crt": base64.b64encode(old + new).decode()},
+        })  # fmt: skip
+        await mcc.cluster.merge_patch(
+            "/apis/machineconfiguration.openshift.io/v1/controllerconfigs/machine-config-controller",
+            {"metadata": {"annotations": {P + "service-ca-rotate": "true"}}},
+        )
+        await mcc.wait_annotation("worker-0", P + "lastObservedServerCAAnnotation", "true")
+        for rel, text in files.items():
+            written = yaml.safe_load((node.sim.root / rel).read_text())
+            expected = yaml.safe_load(text)
+            data = written["clusters"][0]["cluster"].pop("certificate-authority-data")
+            expected["clusters"][0]["cluster"].pop("certificate-authority-data")
+            assert written == expected, rel  # nothing else changed
+            pem = base64.b64decode(data)
+            assert old.strip() in pem and new.strip() in pem, rel
+            assert (node.sim.root / rel).stat().st_mode & 0o777 == 0o600, rel
+        units = [a["detail"] for a in node.sim.actions() if a["kind"] == "unit"]
+        assert units.count("restart kubelet.service") == 1
+        assert node.reboots() == 0
+        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
+        assert annotations[P + "state"] == "Done"
     finally:
         await mcc.close()

@@ -51,7 +51,8 @@ Identities (`Identity` in auth.py; pass them to `FakeKube(identities=...)` or re
   allowlist of (verb, group, resource) tuples; resource may be "pods/eviction", "nodes/status";
   "*" is a wildcard. Anything else is 403 with the apiserver's wording. No/unknown token: 401.
 
-Served resources: core v1 namespaces, nodes (+status), pods (+status, +eviction), events;
+Served resources: core v1 namespaces, nodes (+status), pods (+status, +eviction), events,
+configmaps;
 events.k8s.io/v1 events (stored separately, not converted); policy/v1 poddisruptionbudgets
 (+status); machineconfiguration.openshift.io/v1 machineconfigs, controllerconfigs (+status),
 machineconfigpools (+status), machineconfignodes (+status); operator.openshift.io/v1

@@ -104,6 +104,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
             "reason", "reportingController", "type",
         }),
     ),
+    ResourceType("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
     ResourceType(
         "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, _STATUS,
         track_generation=True, short_names=("pdb",),

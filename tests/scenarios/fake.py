@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.clusterkit import SA_RULES
+from tests.clusterkit import NAMESPACED_SA_RULES, SA_RULES
 from tests.fakekube import FakeKube
 from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, make_host
 
@@ -32,7 +32,7 @@ class FakeHarness(Harness):
                   "spec": {}})  # fmt: skip
         kube.write_kubeconfig(base / "node.kubeconfig", kube.node_identity(h.node))
         sa = kube.service_account("openshift-machine-config-operator", "image-mode-agent",
-                                  SA_RULES)  # fmt: skip
+                                  SA_RULES + NAMESPACED_SA_RULES)  # fmt: skip
         kube.write_kubeconfig(base / "sa.kubeconfig", sa)
         return h
 

@@ -115,8 +115,10 @@ class Harness(abc.ABC):
                     if node is not None and predicate(node):
                         return node
                     if self.procs and self.procs[-1].returncode is not None:
-                        raise AssertionError(f"the agent exited ({self.procs[-1].returncode}) "
-                                             f"while waiting for {what or predicate}")
+                        raise AssertionError(
+                            f"the agent exited ({self.procs[-1].returncode}) "
+                            f"while waiting for {what or predicate}"
+                        )
                     await asyncio.sleep(0.1)
         except TimeoutError:
             annotations = (node or {}).get("metadata", {}).get("annotations")

@@ -26,6 +26,9 @@ P = "machineconfiguration.openshift.io/"
 MC_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigs"
 POOL_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools"
 MCN_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
+MCN_COLUMNS = ("Updated", "UpdatePrepared", "UpdateExecuted", "UpdatePostActionComplete",
+               "UpdateComplete", "Resumed", "AppliedFilesAndOS", "Cordoned", "Drained",
+               "RebootedNode", "Uncordoned", "NodeDegraded")  # fmt: skip
 
 
 @dataclass
@@ -67,6 +70,7 @@ class MccCluster:
     base: Path
     nodes: dict[str, NodeHost] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
+    mcn_rows: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -99,7 +103,8 @@ class MccCluster:
             seed.parent.mkdir(parents=True, exist_ok=True)
             keys = ("currentConfig", "desiredConfig", "firstPivotConfig")
             seed.write_text(json.dumps({**{P + k: rendered for k in keys}, P + "state": "Done"}))
-        self._tasks.append(asyncio.create_task(self._watch_nodes()))
+        self._tasks.append(asyncio.create_task(self._watch("/api/v1/nodes", self._sample)))
+        self._tasks.append(asyncio.create_task(self._watch(MCN_PATH, self._row)))
 
     @property
     def bootstrap_config(self) -> str:
@@ -127,27 +132,39 @@ class MccCluster:
                 return
 
     # -- observing ------------------------------------------------------------------------------
-    async def _watch_nodes(self) -> None:
+    async def _watch(self, path: str, record) -> None:
+        """An admin watch of a collection: every object as it changes, relisting on ERROR."""
         rv = ""
         while True:
             try:
                 if not rv:
-                    listed = await self.cluster.call("GET", "/api/v1/nodes")
+                    listed = await self.cluster.call("GET", path)
                     rv = listed["metadata"]["resourceVersion"]
                     for item in listed["items"]:
-                        self._sample(item)
-                async for event in admin_watch(self.cluster, "/api/v1/nodes",
-                                               {"resourceVersion": rv}):  # fmt: skip
+                        record(item)
+                async for event in admin_watch(self.cluster, path, {"resourceVersion": rv}):
                     if event["type"] == "ERROR":
                         rv = ""
                         break
                     rv = event["object"]["metadata"]["resourceVersion"]
                     if event["type"] in ("ADDED", "MODIFIED"):
-                        self._sample(event["object"])
+                        record(event["object"])
             except asyncio.CancelledError:
                 raise
             except Exception:
                 await asyncio.sleep(0.2)
+
+    def _row(self, mcn: dict[str, Any]) -> None:
+        """The MachineConfigNode as `oc get machineconfignode` shows it (the CRD's printer
+        columns), plus NodeDegraded."""
+        conditions = {c["type"]: c["status"] for c in mcn.get("status", {}).get("conditions", [])}
+        row = {"PoolName": mcn.get("spec", {}).get("pool", {}).get("name"),
+               "DesiredConfig": mcn.get("spec", {}).get("configVersion", {}).get("desired"),
+               "CurrentConfig": mcn.get("status", {}).get("configVersion", {}).get("current"),
+               **{kind: conditions.get(kind) for kind in MCN_COLUMNS}}  # fmt: skip
+        rows = self.mcn_rows.setdefault(mcn["metadata"]["name"], [])
+        if not rows or rows[-1] != row:
+            rows.append(row)
 
     def _sample(self, node: dict[str, Any]) -> None:
         self.samples.append(Sample(time.monotonic(), node["metadata"]["name"],
@@ -167,6 +184,18 @@ class MccCluster:
                           and a.get(P + "state") == "Done", after)  # fmt: skip
         assert seen is not None and done is not None, f"{node}: no {config} Done after {after}"
         return done - seen
+
+    def drain_controller_wait(self, node: str, config: str, after: float) -> float:
+        """Time the agent spent waiting for the drain controller's answers during the update
+        to `config` (drain and uncordon): request written → echo seen."""
+        total = 0.0
+        for verb in ("drain", "uncordon"):
+            value = f"{verb}-{config}"
+            asked = self.first(node, lambda a, v=value: a.get(P + "desiredDrain") == v, after)
+            echoed = self.first(node, lambda a, v=value: a.get(P + "lastAppliedDrain") == v, after)
+            if asked is not None and echoed is not None:
+                total += echoed - asked
+        return total
 
     def most_unavailable(self, after: float) -> int:
         """The largest number of Nodes unavailable at the same time since `after`."""
@@ -237,6 +266,19 @@ class MccCluster:
             while not any(s.node == node and s.annotations.get(key) == value
                           for s in self.samples):  # fmt: skip
                 await asyncio.sleep(0.1)
+
+    async def wait_mcn(self, node: str, predicate, what: str, timeout: float = 60.0) -> dict:
+        """Until the Node's MachineConfigNode row satisfies the predicate; returns the row."""
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    rows = self.mcn_rows.get(node, [])
+                    if rows and predicate(rows[-1]):
+                        return rows[-1]
+                    await asyncio.sleep(0.1)
+        except TimeoutError:
+            rows = self.mcn_rows.get(node, [])
+            raise AssertionError(f"MachineConfigNode {node} not {what}: {rows[-1:]}") from None
 
     async def node(self, name: str) -> dict[str, Any]:
         return await self.cluster.call("GET", f"/api/v1/nodes/{name}")

@@ -13,10 +13,23 @@ import pytest
 import yaml
 
 from tests.conformance.kit import MCO_NS
-from tests.conformance.mcc import MC_PATH, MccCluster, P, machine_config
+from tests.conformance.mcc import MC_PATH, MCN_COLUMNS, MccCluster, P, machine_config
 
 pytestmark = pytest.mark.asyncio
 KUBELETCONFIG_PATH = "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs"
+
+
+def updated_at(config: str):
+    """The MachineConfigNode row of a Node done with `config`: Updated, and every other phase
+    reset to False, as the MCD's upgrade monitor leaves it."""
+
+    def check(row: dict) -> bool:
+        others = [row[k] for k in MCN_COLUMNS if k != "Updated"]
+        return (row["Updated"] == "True" and row["CurrentConfig"] == config
+                and row["DesiredConfig"] == config and row["PoolName"] == "worker"
+                and all(v == "False" for v in others))  # fmt: skip
+
+    return check
 
 
 def drains(mcc: MccCluster, node: str, key: str = "desiredDrain") -> list[str]:
@@ -52,15 +65,20 @@ async def test_bootstrap_ssh_key_then_image_update(kit: Path, tmp_path: Path,
         keys = node.sim.root / "home/core/.ssh/authorized_keys.d/ignition"
         assert keys.read_text() == "ssh-ed25519 AAAA-conf\n"
         assert node.reboots() == 0 and drains(mcc, "worker-0") == []
+        await mcc.wait_mcn("worker-0", updated_at(r1), f"Updated at {r1}")
+        start = len(mcc.mcn_rows["worker-0"])
 
         # A new osImageURL: staged, drained by the real drain controller, one reboot.
         t = await mcc.apply(machine_config("99-worker-os", os_image=node.images["v2"]))
         r2 = await mcc.wait_new_rendered(r1)
         await mcc.wait_updated(r2)
         total, share = time.monotonic() - t, mcc.agent_share("worker-0", r2, t)
-        figures.append(f"osImageURL MachineConfig: pool Updated {total:.1f} s after its "
-                       f"creation; agent share {share:.1f} s (staging, the drain controller's "
-                       "drain and uncordon, one reboot)")  # fmt: skip
+        waits = mcc.drain_controller_wait("worker-0", r2, t)
+        figures.append(
+            f"osImageURL MachineConfig: pool Updated {total:.1f} s after its "
+            f"creation; agent share {share:.1f} s, of which {waits:.1f} s waiting for "
+            "the drain controller's drain and uncordon (staging, one reboot)"
+        )
         assert node.booted() == node.images["v2"].split("@")[1]
         assert node.reboots() == 1 and node.starts == 2
         assert drains(mcc, "worker-0") == [f"drain-{r2}", f"uncordon-{r2}"]
@@ -70,6 +88,16 @@ async def test_bootstrap_ssh_key_then_image_update(kit: Path, tmp_path: Path,
         assert not final["spec"].get("unschedulable")
         assert final["metadata"]["annotations"][P + "state"] == "Done"
         assert keys.read_text() == "ssh-ed25519 AAAA-conf\n"
+        # The MachineConfigNode through the update, as `oc get machineconfignode` shows it.
+        await mcc.wait_mcn("worker-0", updated_at(r2), f"Updated at {r2}")
+        rows = mcc.mcn_rows["worker-0"][start:]
+        assert any(r["Updated"] == "False" and r["UpdatePrepared"] == "True" for r in rows)
+        assert any(r["UpdateExecuted"] == "Unknown" for r in rows)
+        assert any(r["Drained"] == "True" for r in rows)
+        rebooted = [r["RebootedNode"] for r in rows if r["RebootedNode"] != "False"]
+        assert rebooted[:1] == ["Unknown"] and "True" in rebooted
+        assert any(r["Resumed"] == "True" for r in rows)
+        assert any(r["UpdateComplete"] == "True" and r["Uncordoned"] == "True" for r in rows)
     finally:
         await mcc.close()
 
@@ -134,6 +162,7 @@ async def test_bad_image_rolled_back_then_healed(kit: Path, tmp_path: Path,
         assert node.reboots() == 2
         messages = " ".join(c.get("message", "") for c in pool["status"]["conditions"])
         assert "rolled back" in messages
+        await mcc.wait_mcn("worker-0", lambda r: r["NodeDegraded"] == "True", "NodeDegraded")
 
         t = time.monotonic()
         await mcc.delete(f"{MC_PATH}/99-worker-os")
@@ -145,6 +174,7 @@ async def test_bad_image_rolled_back_then_healed(kit: Path, tmp_path: Path,
         assert not final["spec"].get("unschedulable")
         assert node.reboots() == 2  # healing the pool needed no further reboot
         assert drains(mcc, "worker-0")[:2] == [f"drain-{r1}", f"uncordon-{r0}"]
+        await mcc.wait_mcn("worker-0", updated_at(r0), f"Updated at {r0} again")
     finally:
         await mcc.close()
 
@@ -161,13 +191,16 @@ async def test_three_nodes_roll_one_at_a_time(kit: Path, tmp_path: Path,
         await mcc.wait_updated(r1, timeout=300)
         total = time.monotonic() - t
         shares = [mcc.agent_share(n, r1, t) for n in sorted(mcc.nodes)]
+        waits = [mcc.drain_controller_wait(n, r1, t) for n in sorted(mcc.nodes)]
         figures.append(f"3-node pool, maxUnavailable 1, image update: pool Updated {total:.1f} s "
                        "after the MachineConfig; agent shares "
-                       + ", ".join(f"{s:.1f}" for s in shares) + " s")  # fmt: skip
+                       + ", ".join(f"{s:.1f}" for s in shares) + " s (drain controller waits "
+                       + ", ".join(f"{w:.1f}" for w in waits) + " s)")  # fmt: skip
         assert mcc.most_unavailable(after=t) == 1
         for name, node in mcc.nodes.items():
             assert node.booted() == image.split("@")[1], name
             assert node.reboots() == 1, name
+            await mcc.wait_mcn(name, updated_at(r1), f"Updated at {r1}")
         # One at a time: each Node's update window ends before the next one's starts.
         windows = sorted(
             (mcc.first(n, lambda a: a.get(P + "desiredConfig") == r1, t),

@@ -27,14 +27,6 @@ AFTER = M.Versions("rendered-worker-2", "rendered-worker-2")  # after the Done a
 T, F, U = "True", "False", "Unknown"
 
 
-@pytest.fixture(autouse=True)
-def _captured_logs():
-    # Captured rather than printed: an earlier test may leave structlog configured to print to
-    # a stream pytest has closed since.
-    with structlog.testing.capture_logs():
-        yield
-
-
 def run(steps: list[tuple[M.Change, M.Versions]]) -> list[M.Status]:
     """The status after each step, each step one second after the one before."""
     status, out = M.Status(), []

@@ -24,6 +24,7 @@ from tests.scenarios.harness import make_host
 
 P = "machineconfiguration.openshift.io/"
 MC_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigs"
+CC_PATH = "/apis/machineconfiguration.openshift.io/v1/controllerconfigs"
 POOL_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools"
 MCN_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
 MCN_COLUMNS = ("Updated", "UpdatePrepared", "UpdateExecuted", "UpdatePostActionComplete",
@@ -279,6 +280,30 @@ class MccCluster:
         except TimeoutError:
             rows = self.mcn_rows.get(node, [])
             raise AssertionError(f"MachineConfigNode {node} not {what}: {rows[-1:]}") from None
+
+    async def rendered_configs(self) -> set[str]:
+        listed = await self.cluster.call("GET", MC_PATH)
+        return {mc["metadata"]["name"] for mc in listed["items"]
+                if mc["metadata"]["name"].startswith("rendered-")}  # fmt: skip
+
+    async def wait_controller_config_observed(self, timeout: float = 60.0) -> None:
+        """Until the MCC's template controller has processed the ControllerConfig's spec."""
+        path = f"{CC_PATH}/machine-config-controller"
+        async with asyncio.timeout(timeout):
+            while True:
+                cc = await self.cluster.call("GET", path)
+                if cc.get("status", {}).get("observedGeneration") == cc["metadata"]["generation"]:
+                    return
+                await asyncio.sleep(0.2)
+
+    @staticmethod
+    async def wait_file(path: Path, contents: bytes, timeout: float = 60.0) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                while not (path.exists() and path.read_bytes().strip() == contents.strip()):
+                    await asyncio.sleep(0.1)
+        except TimeoutError:
+            raise AssertionError(f"{path} does not hold the expected contents") from None
 
     async def node(self, name: str) -> dict[str, Any]:
         return await self.cluster.call("GET", f"/api/v1/nodes/{name}")

@@ -3,6 +3,7 @@ drive one agent per Node (simulated hosts booted on the cluster's osImageURL).""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import subprocess
@@ -251,16 +252,19 @@ async def test_serving_ca_rotation_rewrites_the_kubeconfigs(kit: Path, tmp_path:
             (node.sim.root / rel).write_text(text)
             (node.sim.root / rel).chmod(0o600)
         mcc.start_agents()
-        await mcc.wait_updated(mcc.bootstrap_config)
+        r0 = await mcc.wait_updated(mcc.bootstrap_config)
+        rendered_before = await mcc.rendered_configs()
         await mcc.apply({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "kubeconfig-data", "namespace": MCO_NS},
             "binaryData": {"ca-bundle.crt": base64.b64encode(old + new).decode()},
         })  # fmt: skip
+        # The operator's one ControllerConfig update: the flag, and the new CA in the spec.
         await mcc.cluster.merge_patch(
             "/apis/machineconfiguration.openshift.io/v1/controllerconfigs/machine-config-controller",
-            {"metadata": {"annotations": {P + "service-ca-rotate": "true"}}},
-        )
+            {"metadata": {"annotations": {P + "service-ca-rotate": "true"}},
+             "spec": {"kubeAPIServerServingCAData": base64.b64encode(old + new).decode()}},
+        )  # fmt: skip
         await mcc.wait_annotation("worker-0", P + "lastObservedServerCAAnnotation", "true")
         for rel, text in files.items():
             written = yaml.safe_load((node.sim.root / rel).read_text())
@@ -271,6 +275,15 @@ async def test_serving_ca_rotation_rewrites_the_kubeconfigs(kit: Path, tmp_path:
             pem = base64.b64decode(data)
             assert old.strip() in pem and new.strip() in pem, rel
             assert (node.sim.root / rel).stat().st_mode & 0o777 == 0o600, rel
+        kubelet_ca = node.sim.root / "etc/kubernetes/kubelet-ca.crt"
+        await mcc.wait_file(kubelet_ca, old + new)
+        # The new CA is host-local content: no new rendered config, nothing to roll out. The
+        # MCC's controllers requeue about every 5 s; a re-render would show within one period
+        # after its template controller observed the new ControllerConfig.
+        await mcc.wait_controller_config_observed()
+        await asyncio.sleep(6)
+        assert await mcc.rendered_configs() == rendered_before
+        assert await mcc.wait_updated() == r0
         units = [a["detail"] for a in node.sim.actions() if a["kind"] == "unit"]
         assert units.count("restart kubelet.service") == 1
         assert node.reboots() == 0

@@ -94,6 +94,30 @@ Semantics, as observed on the real server:
 * Namespaced creates through the API need the namespace to exist (404 otherwise); a few
   namespaces exist from the start (`namespaces=` option) and `put()` creates missing ones.
 * Not supported: server-side apply, tables, protobuf, managedFields, admission webhooks.
+
+Where it still differs from the real kube-apiserver, as the conformance tier
+(tests/conformance, the same scenarios on the real server from ../shared/kit) met it:
+* A Node created through the API gets no `node.kubernetes.io/not-ready:NoSchedule` taint here;
+  the real server's admission adds it (nothing in the agent reads taints).
+* RBAC rules are cluster-wide (verb, group, resource) tuples: no namespaces, no resourceNames.
+  The real server enforces deploy/rbac.yaml's namespaced Role limited to the `kubeconfig-data`
+  ConfigMap; the fake grants `get configmaps` everywhere.
+* Service-account tokens are static strings here; there they come from the TokenRequest API and
+  expire.
+* Custom resources are not validated against their CRD's schema. The real server rejects a
+  MachineConfigNode status that breaks the CRD (condition enums, reason pattern, at most 20
+  conditions, observedGeneration never decreasing): tests/test_mcn.py checks the agent's
+  status against the kit's CRD instead.
+* 410 Gone: here `expire_history()` drops the replay history at once. On the real server a
+  resume from an old resourceVersion is still served from the watch cache after etcd compacts
+  that revision; only a new watch cache (an API server restart) answers a 200 stream whose one
+  event is an ERROR with a 410 Status, reason "Expired", message "too old resource version:
+  218 (221)", the form this server uses.
+* A restart here keeps the same store in memory; the kit's API server restarts with etcd, and
+  no write is possible while it is down (the fake accepts in-process writes meanwhile).
+* Events of other components (the MCC's) and the real controllers' own writes to Nodes,
+  pools and MachineConfigNodes happen only there; `enable_drain_controller()` answers
+  `desiredDrain` as the real drain controller does, faster (no 5 s requeue).
 """
 
 from .auth import Identity, Rule

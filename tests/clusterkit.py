@@ -12,7 +12,7 @@ from typing import Any
 from agent.host.simulated import SimulatedHost
 from tests.builders import machine_config
 from tests.fakekube import FakeKube
-from tests.simhost import CHECK, IMAGE
+from tests.scenarios.harness import make_host, stop_processes
 
 P = "machineconfiguration.openshift.io/"
 SA_RULES = [
@@ -49,17 +49,8 @@ class Cluster:
     async def create(cls, base: Path, *, annotations: dict[str, str] | None = None) -> Cluster:
         kube = FakeKube(bookmark_interval=0.5)
         await kube.start()
-        sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
-        check = sim.root / "etc/image-mode-agent/check/required.d/50-app"
-        check.parent.mkdir(parents=True)
-        check.write_text(CHECK)
-        check.chmod(0o755)
-        cluster = cls(kube, base, sim)
-        digest = sim.status_document()["status"]["booted"]["image"]["imageDigest"]
-        cluster.images["v1"] = f"{IMAGE}@{digest}"
-        cluster.images["v2"] = sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"})
-        cluster.images["bad"] = sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"})
-        cluster.images["missing"] = f"{IMAGE}@sha256:" + "9" * 64
+        sim, images = make_host(base)
+        cluster = cls(kube, base, sim, images=images)
         cluster.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"])
         if annotations is None:
             annotations = {
@@ -122,14 +113,7 @@ class Cluster:
         return self.kube.count_requests(verb="patch", resource="nodes")
 
     async def close(self) -> None:
-        for proc in self.procs:
-            if proc.returncode is None:
-                proc.terminate()
-                try:
-                    await asyncio.wait_for(proc.wait(), 10)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+        await stop_processes(self.procs)
         await self.kube.stop()
 
     def status(self) -> dict[str, Any]:

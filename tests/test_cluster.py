@@ -15,6 +15,7 @@ import pytest
 from tests.builders import ign_file
 from tests.clusterkit import Cluster, P
 from tests.fixtures_paths import CONTROLLER_CONFIG
+from tests.scenarios.fake import desired_drain_tracker
 
 pytestmark = pytest.mark.asyncio
 
@@ -30,24 +31,11 @@ async def exits(proc: asyncio.subprocess.Process, timeout: float = 30.0) -> int:
     return await asyncio.wait_for(proc.wait(), timeout)
 
 
-def drain_values(cluster: Cluster) -> list[str]:
-    """Every value `desiredDrain` took, in order, as the API server saw the writes."""
-    return cluster.seen.setdefault("desiredDrain", [])
-
-
-def track(cluster: Cluster) -> None:
-    def hook(change) -> None:
-        if change.rt.plural != "nodes" or change.obj is None:
-            return
-        new = (change.obj["metadata"].get("annotations") or {}).get(P + "desiredDrain")
-        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(
-            P + "desiredDrain"
-        )
-        if new != old and new:
-            drain_values(cluster).append(new)
-
-    cluster.seen = {}
-    cluster.kube.add_hook(hook)
+def track(cluster: Cluster) -> list[str]:
+    """Every value `desiredDrain` takes from now on, in order."""
+    values: list[str] = []
+    cluster.kube.add_hook(desired_drain_tracker(values))
+    return values
 
 
 async def test_desired_changed_while_api_server_down(cluster: Cluster) -> None:
@@ -75,7 +63,7 @@ async def test_watch_ending_with_504_relists(cluster: Cluster) -> None:
 
 
 async def test_killed_during_drain_wait_no_second_drain(cluster: Cluster) -> None:
-    track(cluster)
+    drains = track(cluster)
     proc = await cluster.start_agent()
     await cluster.wait_done("rendered-worker-1")
     cluster.add_config("rendered-worker-2", "v2")
@@ -89,7 +77,7 @@ async def test_killed_during_drain_wait_no_second_drain(cluster: Cluster) -> Non
     assert await exits(proc) == 3
     await cluster.start_agent()
     await cluster.wait_done("rendered-worker-2")
-    assert drain_values(cluster) == ["drain-rendered-worker-2", "uncordon-rendered-worker-2"]
+    assert drains == ["drain-rendered-worker-2", "uncordon-rendered-worker-2"]
     assert cluster.reboots() == 1
 
 

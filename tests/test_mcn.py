@@ -16,6 +16,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from agent.cluster import mcn as M
 from agent.cluster.kube import Kube
+from agent.cluster.mcn_writer import MachineConfigNodeWriter
 from agent.cluster.pool import NOT_YET_SET, PoolError, node_pool, pools_for_node, primary_pool
 from tests.clusterkit import SA_RULES, Cluster, P
 from tests.fakekube import FakeKube
@@ -386,7 +387,7 @@ class _Writer:
         sa = kube.service_account("openshift-machine-config-operator", "agent", SA_RULES)
         self.client = ApiClient(kube.client_configuration(sa))
         self.kube = kube
-        self.writer = M.MachineConfigNodeWriter(
+        self.writer = MachineConfigNodeWriter(
             Kube(self.client), N, lambda: kube.get("Node", N), settle=0.0
         )
 

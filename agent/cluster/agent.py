@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -28,7 +28,8 @@ from agent.cluster.kube import (
     KubeError,
     node_path,
 )
-from agent.cluster.mcn import MachineConfigNodeWriter
+from agent.cluster.mcn_steps import PassSteps
+from agent.cluster.mcn_writer import MachineConfigNodeWriter
 from agent.cluster.watch import ObjectWatch
 from agent.desired import Desired
 from agent.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
@@ -43,8 +44,6 @@ NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
 _RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
 # A reboot waits this long at most for the MachineConfigNode to say so.
 _MCN_FLUSH_TIMEOUT = 5.0
-# Journal phases an engine pass resumes from after a boot.
-_AFTER_BOOT = ("rebooting", "rolling-back", "rollback-rebooting", "committing")
 
 
 @dataclass
@@ -56,22 +55,6 @@ class ClusterOptions:
     dry_run: bool = False
     max_boot_attempts: int = 1
     soft_reboot: bool = False
-
-
-@dataclass
-class _Pass:
-    """What one engine pass did, as its checkpoints tell: the MachineConfigNode steps depend on
-    the phase it started from and on what it touched."""
-
-    start: str = "idle"  # the journal's phase when the pass began
-    live_writes: int = 0
-    actions: list[str] = field(default_factory=list)
-    prepared: bool = False
-
-    @property
-    def ran(self) -> bool:
-        """An update ran or resumed (not a pass that found nothing to do)."""
-        return self.prepared or self.start in _AFTER_BOOT
 
 
 class ClusterAgent:
@@ -105,10 +88,10 @@ class ClusterAgent:
         )
         self.mcn = MachineConfigNodeWriter(api, self.name, lambda: self.node.obj,
                                            enabled=not options.dry_run)  # fmt: skip
-        self._pass = _Pass()
+        self.steps = PassSteps(self.mcn, lambda: A.NodeView.of(self.node.obj or {}))
         hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
                       notice=self.board.metrics.notice,
-                      checkpoint=self._on_checkpoint)  # fmt: skip
+                      checkpoint=self.steps.on_checkpoint)  # fmt: skip
         self.engine = Engine(host, policy=allowlist.policy, hooks=hooks,
                              max_boot_attempts=options.max_boot_attempts,
                              soft_reboot=options.soft_reboot)  # fmt: skip
@@ -259,7 +242,7 @@ class ClusterAgent:
         self.mcn.record(M.needs_update(self.name))
         if not node.is_done() and not stuck:
             await self._set_state("Working", "")
-        self._pass = _Pass(start=str(journal.phase))
+        self.steps.begin(str(journal.phase))
         try:
             outcome = await self.engine.reconcile(desired)
         except DrainTimeout as exc:
@@ -293,7 +276,7 @@ class ClusterAgent:
         name = desired.config.name
         match outcome.state:
             case "Done":
-                ran, config = self._pass.ran, outcome.current_config or name
+                ran, config = self.steps.ran, outcome.current_config or name
                 if ran:
                     self.mcn.record(M.resumed(config))
                 fresh = A.NodeView.of(self.node.obj or {})
@@ -314,7 +297,7 @@ class ClusterAgent:
                                        f"{outcome.current_config or name} to Done")  # fmt: skip
                 if any(fresh.annotations.get(k) != v for k, v in wanted):
                     await self.patch_node(patch)
-                if ran and self._pass.start == "rebooting":
+                if ran and self.steps.start == "rebooting":
                     self.mcn.record(M.resumed(config, annotations_written=True))
                 self.mcn.record(M.healthy(self.name))
                 self.mcn.record(M.updated(self.name))
@@ -349,59 +332,12 @@ class ClusterAgent:
             self.mcn.record(M.drained(f"drain-{name}"))
             # The MCD drains before it writes; we staged first, so the executed phase ends
             # here and is reported complete again, as the MCD leaves it before its reboot.
-            self.mcn.record(M.applied_files_and_os(True, self._pass.live_writes > 0))
+            self.mcn.record(M.applied_files_and_os(True, self.steps.live_writes > 0))
         self.mcn.record(M.rebooting())
         await self.patch_node(A.annotations_patch({A.POST_CONFIG_ACTION: A.REBOOTING}))
         await self.events.emit("Reboot", f"Node will reboot into config {name}")
         self.mcn.record(M.healthy(self.name))  # the MCD's update() returns with the reboot queued
         await self.mcn.flush(_MCN_FLUSH_TIMEOUT)
-
-    def _on_checkpoint(self, label: str) -> None:
-        """The engine's steps (journal phases and side effects) as the MachineConfigNode steps
-        the MCD takes at the same points."""
-        step, _, what = label.partition(":")
-        p = self._pass
-        if step == "did":
-            if what.startswith("live:"):
-                p.live_writes += 1
-            elif what.startswith("action:"):
-                p.actions.append(what.removeprefix("action:"))
-            elif what == "stage" and p.prepared:
-                self.mcn.record(M.applied_files_and_os(True, p.live_writes > 0))
-            return
-        fresh = p.start not in _AFTER_BOOT
-        match what:
-            case "staging" if fresh:
-                self._mcn_prepared(image=True)
-            case "committing" if fresh:
-                self._mcn_prepared(image=False)
-                self.mcn.record(M.applied_files_and_os(False, p.live_writes > 0))
-                for action in p.actions or ["none"]:
-                    if action == "none":
-                        self.mcn.record(M.post_action_none())
-                    elif action.startswith("reload ") or action == "daemon-reload":
-                        self.mcn.record(M.post_action_reloaded(action.removeprefix("reload ")))
-                    # a restart writes no condition in the MCD either
-            case "committing" | "rolling-back" if p.start == "rebooting":
-                self.mcn.record(M.rebooted())
-            case "degraded" if p.start == "rollback-rebooting":
-                self.mcn.record(M.rebooted())
-            case "rebooting" | "rollback-rebooting":
-                self.mcn.record(M.rebooting())
-            case _:
-                pass
-
-    def _mcn_prepared(self, *, image: bool) -> None:
-        """The update is known to be compatible and what it needs: the MCD's preparation."""
-        p = self._pass
-        if p.prepared:
-            return
-        p.prepared = True
-        drain = image and not A.NodeView.of(self.node.obj or {}).single_replica
-        self.mcn.record(M.prepared(drain))
-        if not drain:
-            self.mcn.record(M.drain_not_required())
-        self.mcn.record(M.applying_files_and_os(image, p.live_writes > 0))
 
     # -- inputs --------------------------------------------------------------------------------
     async def _rendered(self, name: str) -> dict[str, Any] | None:

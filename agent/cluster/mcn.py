@@ -9,23 +9,15 @@ for combining a step with the stored conditions in `pkg/upgrademonitor/upgrade_m
 the ImageModeStatusReporting gate off (the Default feature set): `AppliedFilesAndOS` is one
 condition.
 
-The first part is pure: a step (`Change`) folded into a `Status`. The writer below it is thin
-and best effort: a failure is logged, never raised into an update."""
+Pure: a step (`Change`) folded into a `Status`; `agent/cluster/mcn_writer.py` writes it."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import structlog
-
-from agent.cluster.annotations import CURRENT_CONFIG, NodeView
-from agent.cluster.kube import MC_GROUP, TRANSIENT, Kube, KubeError, custom_path
-from agent.cluster.pool import NOT_YET_SET, PoolError, node_pool
+from agent.cluster.kube import MC_GROUP, custom_path
+from agent.cluster.pool import NOT_YET_SET
 
 MACHINECONFIGNODES = custom_path(*MC_GROUP, "machineconfignodes")
 API_VERSION = "/".join(MC_GROUP)
@@ -68,7 +60,6 @@ CONDITION_TYPES = (
 NOT_YET_OCCURRED = "NotYetOccurred"
 MESSAGE_LIMIT = 32768  # the CRD's maxLength for a condition message
 # Steps kept while the API cannot be written; the latest ones decide the status anyway.
-MAX_PENDING = 256
 
 
 @dataclass(frozen=True)
@@ -421,153 +412,3 @@ def new_machine_config_node(node: str, pool: str, desired: str | None, uid: str)
             "configVersion": {"desired": desired or NOT_YET_SET},
         },
     }
-
-
-def utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-# -- the writer ---------------------------------------------------------------------------
-
-
-class MachineConfigNodeWriter:
-    """Records steps without waiting and writes them in the background: the steps of a quick
-    update land in one merge patch of `/status`; nothing is written when the status would not
-    change. Every call has a timeout and every failure is logged, never raised: like the MCD,
-    an update never fails or waits because of its MachineConfigNode. A cluster without the
-    MachineConfigNode API turns the writer off."""
-
-    def __init__(
-        self,
-        api: Kube,
-        node_name: str,
-        node: Callable[[], dict[str, Any] | None],
-        *,
-        enabled: bool = True,
-        timeout: float = 10.0,
-        settle: float = 0.2,
-        retry_interval: float = 30.0,
-        clock: Callable[[], str] = utc_now,
-    ) -> None:
-        self.api, self.node_name, self._node = api, node_name, node
-        self.enabled = enabled
-        self.timeout, self.settle, self.retry_interval = timeout, settle, retry_interval
-        self.clock = clock
-        self.path = f"{MACHINECONFIGNODES}/{node_name}"
-        self._pending: list[tuple[int, Change, Versions]] = []
-        self._seq = 0
-        self._known: dict[str, Any] | None = None  # the object as last read or written
-        self._wake = asyncio.Event()
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._last_error = ""
-        self.log = structlog.get_logger("mcn")  # bound per call: configured logging applies
-
-    def record(self, change: Change) -> None:
-        """Queue one step with the Node's config annotations as they are now."""
-        if not self.enabled:
-            return
-        view = NodeView.of(self._node() or {})
-        self._seq += 1
-        versions = Versions(view.desired_config, view.get(CURRENT_CONFIG))
-        self._pending.append((self._seq, change, versions))
-        del self._pending[:-MAX_PENDING]
-        self._wake.set()
-
-    def start(self) -> None:
-        if self.enabled and self._task is None:
-            self._task = asyncio.create_task(self._run())
-
-    async def close(self, timeout: float = 3.0) -> None:
-        """Stop the background task and write what is still queued, bounded by `timeout`."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        await self.flush(timeout)
-
-    async def _run(self) -> None:
-        while True:
-            retry = self.retry_interval if self._pending else None
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(retry):
-                    await self._wake.wait()
-            self._wake.clear()
-            await asyncio.sleep(self.settle)  # let the steps of one pass arrive together
-            await self.flush(self.timeout)
-
-    async def flush(self, timeout: float | None = None) -> bool:
-        """Write what is queued now; True when nothing is left to write."""
-        if not self.enabled or not self._pending:
-            return True
-        async with self._lock:
-            batch = list(self._pending)
-            if not batch:
-                return True
-            try:
-                async with asyncio.timeout(timeout or self.timeout):
-                    await self._write([(change, versions) for _, change, versions in batch])
-            except (KubeError, PoolError, *TRANSIENT) as exc:
-                self._known = None  # read it again next time
-                if str(exc) != self._last_error:  # one line per distinct failure
-                    self.log.warning(
-                        "MachineConfigNode not updated",
-                        node=self.node_name,
-                        error=str(exc) or "timeout",
-                    )
-                    self._last_error = str(exc)
-                return False
-            self._last_error = ""
-            last = batch[-1][0]
-            self._pending = [p for p in self._pending if p[0] > last]
-            return True
-
-    async def _write(self, steps: list[tuple[Change, Versions]]) -> None:
-        for _ in range(5):  # conflicts with other writers (the controllers) are retried
-            obj = self._known or await self._read_or_create(steps[-1][1])
-            if obj is None:
-                return  # no MachineConfigNode API here
-            meta = obj.get("metadata") or {}
-            before = Status.from_json(obj.get("status"))
-            after = fold(before, steps, self.clock(), generation=int(meta.get("generation") or 1))
-            if after == before:
-                self._known = obj
-                return
-            body = {
-                "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                "status": after.to_json(),
-            }
-            try:
-                self._known = await self.api.patch(f"{self.path}/status", body)
-                return
-            except KubeError as exc:
-                if not (exc.conflict or exc.not_found):
-                    raise
-                self._known = None
-        raise KubeError(409, "Conflict", "MachineConfigNode kept changing; will try again")
-
-    async def _read_or_create(self, versions: Versions) -> dict[str, Any] | None:
-        try:
-            return await self.api.get(self.path)
-        except KubeError as exc:
-            if not exc.not_found:
-                raise
-        node = self._node() or {}
-        pool = await node_pool(self.api, node)
-        uid = (node.get("metadata") or {}).get("uid", "")
-        body = new_machine_config_node(self.node_name, pool, versions.desired, uid)
-        try:
-            created = await self.api.post(MACHINECONFIGNODES, body)
-        except KubeError as exc:
-            if exc.status == 409:  # created meanwhile, by a controller
-                return await self.api.get(self.path)
-            if exc.not_found:  # a create finds no such resource: the CRD is not installed
-                self.log.info(
-                    "no MachineConfigNode API on this cluster; not reporting", node=self.node_name
-                )
-                self.enabled = False
-                self._pending.clear()
-                return None
-            raise
-        self.log.info("created MachineConfigNode", node=self.node_name, pool=pool)
-        return created

@@ -339,6 +339,18 @@ class MccCluster:
         await self.cluster.down()
 
 
+@contextlib.asynccontextmanager
+async def bootstrapped(kit: Path, base: Path, workers: int = 1):
+    """A cluster whose agents run and whose pool is Updated at its first rendered config:
+    yields (the cluster, that config), and stops everything afterwards."""
+    mcc = await MccCluster.create(kit, base, workers)
+    try:
+        mcc.start_agents()
+        yield mcc, await mcc.wait_updated(mcc.bootstrap_config)
+    finally:
+        await mcc.close()
+
+
 def _condition(obj: dict[str, Any], kind: str) -> str | None:
     for c in obj.get("status", {}).get("conditions") or []:
         if c.get("type") == kind:

@@ -14,7 +14,14 @@ import pytest
 import yaml
 
 from tests.conformance.kit import MCO_NS
-from tests.conformance.mcc import MC_PATH, MCN_COLUMNS, MccCluster, P, machine_config
+from tests.conformance.mcc import (
+    MC_PATH,
+    MCN_COLUMNS,
+    MccCluster,
+    P,
+    bootstrapped,
+    machine_config,
+)
 
 pytestmark = pytest.mark.asyncio
 KUBELETCONFIG_PATH = "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs"
@@ -105,11 +112,8 @@ async def test_bootstrap_ssh_key_then_image_update(kit: Path, tmp_path: Path,
 
 async def test_kubeletconfig_refused_then_healed(kit: Path, tmp_path: Path,
                                                 figures: list[str]) -> None:  # fmt: skip
-    mcc = await MccCluster.create(kit, tmp_path, workers=1)
-    try:
+    async with bootstrapped(kit, tmp_path, workers=1) as (mcc, r0):
         node = mcc.nodes["worker-0"]
-        mcc.start_agents()
-        r0 = await mcc.wait_updated(mcc.bootstrap_config)
         t = await mcc.apply({
             "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "KubeletConfig",
             "metadata": {"name": "max-pods"},
@@ -138,17 +142,12 @@ async def test_kubeletconfig_refused_then_healed(kit: Path, tmp_path: Path,
         annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
         assert annotations[P + "state"] == "Done" and annotations[P + "reason"] == ""
         assert node.reboots() == 0
-    finally:
-        await mcc.close()
 
 
 async def test_bad_image_rolled_back_then_healed(kit: Path, tmp_path: Path,
                                                 figures: list[str]) -> None:  # fmt: skip
-    mcc = await MccCluster.create(kit, tmp_path, workers=1)
-    try:
+    async with bootstrapped(kit, tmp_path, workers=1) as (mcc, r0):
         node = mcc.nodes["worker-0"]
-        mcc.start_agents()
-        r0 = await mcc.wait_updated(mcc.bootstrap_config)
         t = await mcc.apply(machine_config("99-worker-os", os_image=node.images["bad"]))
         r1 = await mcc.wait_new_rendered(r0)
         pool = await mcc.wait_degraded()
@@ -176,16 +175,11 @@ async def test_bad_image_rolled_back_then_healed(kit: Path, tmp_path: Path,
         assert node.reboots() == 2  # healing the pool needed no further reboot
         assert drains(mcc, "worker-0")[:2] == [f"drain-{r1}", f"uncordon-{r0}"]
         await mcc.wait_mcn("worker-0", updated_at(r0), f"Updated at {r0} again")
-    finally:
-        await mcc.close()
 
 
 async def test_three_nodes_roll_one_at_a_time(kit: Path, tmp_path: Path,
                                              figures: list[str]) -> None:  # fmt: skip
-    mcc = await MccCluster.create(kit, tmp_path, workers=3)
-    try:
-        mcc.start_agents()
-        r0 = await mcc.wait_updated(mcc.bootstrap_config)
+    async with bootstrapped(kit, tmp_path, workers=3) as (mcc, r0):
         image = mcc.nodes["worker-0"].images["v2"]
         t = await mcc.apply(machine_config("99-worker-os", os_image=image))
         r1 = await mcc.wait_new_rendered(r0)
@@ -211,8 +205,6 @@ async def test_three_nodes_roll_one_at_a_time(kit: Path, tmp_path: Path,
         )  # fmt: skip
         for (_, end), (start, _) in itertools.pairwise(windows):
             assert end <= start
-    finally:
-        await mcc.close()
 
 
 def _ca(directory: Path, name: str) -> bytes:

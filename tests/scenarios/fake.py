@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.clusterkit import NAMESPACED_SA_RULES, SA_RULES
-from tests.fakekube import FakeKube
+from tests.fakekube import Change, FakeKube
 from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, make_host
 
 P = "machineconfiguration.openshift.io/"
+
+
+def desired_drain_tracker(values: list[str]) -> Callable[[Change], None]:
+    """A store hook that appends every value `desiredDrain` takes, as the server sees it."""
+
+    def hook(change: Change) -> None:
+        if change.rt.plural != "nodes" or change.obj is None:
+            return
+        new = (change.obj["metadata"].get("annotations") or {}).get(P + "desiredDrain")
+        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(
+            P + "desiredDrain"
+        )
+        if new != old and new:
+            values.append(new)
+
+    return hook
 
 
 @dataclass
@@ -24,7 +41,7 @@ class FakeHarness(Harness):
         await kube.start()
         sim, images = make_host(base)
         h = cls(base, sim, images, kube=kube, counts_requests=True)
-        kube.add_hook(h._track_drains)
+        kube.add_hook(desired_drain_tracker(h._drains))
         await h.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"])
         kube.put({"apiVersion": "v1", "kind": "Node",
                   "metadata": {"name": h.node, "annotations": (
@@ -35,16 +52,6 @@ class FakeHarness(Harness):
                                   SA_RULES + NAMESPACED_SA_RULES)  # fmt: skip
         kube.write_kubeconfig(base / "sa.kubeconfig", sa)
         return h
-
-    def _track_drains(self, change: Any) -> None:
-        if change.rt.plural != "nodes" or change.obj is None:
-            return
-        new = (change.obj["metadata"].get("annotations") or {}).get(P + "desiredDrain")
-        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(
-            P + "desiredDrain"
-        )
-        if new != old and new:
-            self._drains.append(new)
 
     async def put(self, obj: dict[str, Any]) -> None:
         self.kube.put(obj)

@@ -22,6 +22,18 @@ DEFAULT_ANNOTATIONS = {P + "currentConfig": "rendered-worker-1",
                        P + "desiredConfig": "rendered-worker-1", P + "state": "Done"}  # fmt: skip
 
 
+async def stop_processes(procs: list[asyncio.subprocess.Process]) -> None:
+    """SIGTERM the agents still running (ours only), SIGKILL what does not stop in 10 s."""
+    for proc in procs:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
 def make_host(base: Path) -> tuple[SimulatedHost, dict[str, str]]:
     """A simulated host booted on v1 with a health check, and the images it can pull."""
     sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
@@ -34,7 +46,7 @@ def make_host(base: Path) -> tuple[SimulatedHost, dict[str, str]]:
         "v1": f"{IMAGE}@{digest}",
         "v2": sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"}),
         "bad": sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"}),
-        "slow": sim.add_image(f"{IMAGE}:slow", {"usr/lib/app/healthy": "yes"}, pull_seconds=4),
+        "slow": sim.add_image(f"{IMAGE}:v4-slow", {"usr/lib/app/healthy": "yes"}, pull_seconds=4),
         "missing": f"{IMAGE}@sha256:" + "9" * 64,
     }
     return sim, images
@@ -159,12 +171,5 @@ class Harness(abc.ABC):
         return self.sim.status_document()["status"]["booted"]["image"]["imageDigest"]
 
     async def close(self) -> None:
-        for proc in self.procs:
-            if proc.returncode is None:
-                proc.terminate()
-                try:
-                    await asyncio.wait_for(proc.wait(), 10)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+        await stop_processes(self.procs)
         await self.close_server()

@@ -255,3 +255,23 @@ async def test_refused_certificate_path_degrades_without_crashing(cluster: Clust
     assert "/etc/docker/certs.d" in annotations[P + "reason"]
     assert list(outside.iterdir()) == []  # nothing written through the symlink
     assert cluster.procs[-1].returncode is None  # still running, will retry
+
+
+async def test_a_lost_progress_report_is_logged_not_raised(cluster: Cluster) -> None:
+    cluster.kube.enable_drain_controller()
+    slow = cluster.sim.add_image(f"{cluster.images['v1'].split('@')[0]}:slow", {},
+                                 pull_seconds=2)  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        *(await cluster.start_agent_args()), stderr=asyncio.subprocess.PIPE
+    )
+    cluster.procs.append(proc)
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", slow)
+    cluster.set_desired("rendered-worker-2")
+    await cluster.wait_annotations(lambda a: a.get(P + "state") == "Working")
+    # Every retry of the first "Staging image: ..." report fails; the update goes on.
+    cluster.kube.fail_requests(500, verb="patch", resource="nodes", times=8)
+    assert await exits(proc) == 3
+    stderr = (await proc.stderr.read()).decode()
+    assert "staging progress not reported" in stderr
+    assert "Task exception was never retrieved" not in stderr

@@ -139,7 +139,15 @@ class ClusterAgent:
         if busy or now - self._progress_at < 5.0 or self.options.dry_run:
             return
         self._progress_at = now
-        self._progress_task = asyncio.create_task(self._report_progress(progress.render()))
+        self._progress_task = asyncio.create_task(self._report_staging(progress.render()))
+
+    async def _report_staging(self, reason: str) -> None:
+        """Progress is news, not state: a write the API server misses is logged and dropped
+        (the next report, or the Done patch, says more)."""
+        try:
+            await self._report_progress(reason)
+        except (KubeError, *TRANSIENT) as exc:
+            self.log.warning("staging progress not reported", error=str(exc))
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> int:

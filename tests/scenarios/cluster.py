@@ -140,7 +140,8 @@ async def api_server_restarted_mid_update(h: Harness) -> None:
     await h.set_desired("rendered-worker-2")
     await h.wait_annotations(lambda a: a.get(P + "state") == "Working", what="Working")
     await h.restart_api_server(downtime=2.0)
-    assert h.procs[-1].returncode is None  # API faults never stop the agent
+    # API faults never stop the agent: the only exit is the reboot (which may come before the
+    # restart returns: the agent can use a server that does not answer /readyz yet).
     assert await h.exits(timeout=90) == 3  # staged, drained, rebooted: once
     await h.start_agent()
     await h.wait_done("rendered-worker-2", timeout=60)

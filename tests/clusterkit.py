@@ -78,7 +78,7 @@ class Cluster:
     def set_desired(self, name: str, **extra: str | None) -> None:
         self.kube.patch_annotations("Node", self.node, {P + "desiredConfig": name, **extra})
 
-    async def start_agent_args(self, *extra: str) -> list[str]:
+    def start_agent_args(self, *extra: str) -> list[str]:
         return [
             sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source", "kube",
             "--host", f"simulated:{self.sim.base}",
@@ -88,7 +88,7 @@ class Cluster:
         ]  # fmt: skip
 
     async def start_agent(self, *extra: str) -> asyncio.subprocess.Process:
-        proc = await asyncio.create_subprocess_exec(*(await self.start_agent_args(*extra)))
+        proc = await asyncio.create_subprocess_exec(*self.start_agent_args(*extra))
         self.procs.append(proc)
         return proc
 

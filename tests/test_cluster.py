@@ -262,7 +262,7 @@ async def test_a_lost_progress_report_is_logged_not_raised(cluster: Cluster) -> 
     slow = cluster.sim.add_image(f"{cluster.images['v1'].split('@')[0]}:slow", {},
                                  pull_seconds=2)  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
-        *(await cluster.start_agent_args()), stderr=asyncio.subprocess.PIPE
+        *cluster.start_agent_args(), stderr=asyncio.subprocess.PIPE
     )
     cluster.procs.append(proc)
     await cluster.wait_done("rendered-worker-1")

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes_asyncio.client import ApiClient
 
 from agent.cluster import annotations as A
-from agent.cluster.certs import rotate_server_ca
+from agent.cluster.certs import rotate_if_published, rotate_server_ca
+from agent.cluster.kube import Kube
 from agent.cluster.kubeconfig import (
     CA_FIELD,
     ca_bundle,
@@ -27,6 +29,7 @@ from agent.errors import HostError, InputError
 from agent.host.simulated import SimulatedHost
 from agent.policy import KUBECONFIG, KUBELET_KUBECONFIG, Allowlist
 from tests.clusterkit import Cluster, P
+from tests.fakekube import FakeKube
 from tests.fixtures_paths import CONTROLLER_CONFIG
 from tests.simhost import IMAGE
 
@@ -292,6 +295,30 @@ async def test_writer_rewrites_both_and_restarts_the_kubelet_once(sim: Simulated
     # the same bundle again: nothing written, nothing restarted
     assert (await rotate_server_ca(host, bundle(OLD, NEW)))[1] == []
     assert unit_actions(sim) == ["daemon-reload", "restart kubelet.service"]
+
+
+async def test_rotation_waits_for_the_published_bundle(sim: SimulatedHost) -> None:
+    """No kubeconfig-data ConfigMap yet (or no bundle in it): nothing written, and False, so
+    the flag stays unrecorded and the next pass asks again."""
+    kube = FakeKube()
+    await kube.start()
+    api = Kube(ApiClient(kube.client_configuration(kube.admin)))
+    host = sim.host(Allowlist().allows)
+    try:
+        assert await rotate_if_published(api, host) is False
+        configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "kubeconfig-data",
+                                  "namespace": "openshift-machine-config-operator"}}  # fmt: skip
+        kube.put(configmap)
+        assert await rotate_if_published(api, host) is False
+        assert ca_on(sim, KUBECONFIG) == bundle(OLD) and unit_actions(sim) == []
+        configmap["binaryData"] = {"ca-bundle.crt": base64.b64encode(bundle(OLD, NEW)).decode()}
+        kube.put(configmap)
+        assert await rotate_if_published(api, host) is True
+        assert ca_on(sim, KUBECONFIG) == bundle(OLD, NEW)
+    finally:
+        await api.close()
+        await kube.stop()
 
 
 async def test_writer_defers_the_restart_for_a_localhost_signer(sim: SimulatedHost) -> None:

@@ -16,7 +16,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from agent.cluster import annotations as A
 from agent.cluster import kubeconfig as kc
 from agent.cluster import mcn as M
-from agent.cluster.certs import certificates, rotate_server_ca, write_certificates
+from agent.cluster.certs import certificates, rotate_if_published, write_certificates
 from agent.cluster.drain import Drainer, DrainHandshake, DrainTimeout, SelfDrain
 from agent.cluster.events import EventRecorder
 from agent.cluster.kube import (
@@ -409,25 +409,11 @@ class ClusterAgent:
         observed = kc.rotate_value(cc)
         if kc.rotation_due(cc, node.annotations):
             try:
-                configmap: dict[str, Any] = await self.api.get(kc.KUBECONFIG_DATA_PATH)
-            except KubeError as exc:
-                if exc.status >= 500:
-                    raise
-                self.log.warning("cannot read " + kc.KUBECONFIG_DATA_SOURCE, error=str(exc))
-                configmap = {}
-            try:
-                bundle = kc.ca_bundle(configmap)
-                if bundle is not None:
-                    plan, done = await rotate_server_ca(self.host, bundle)
-                    self.log.info("kube-apiserver serving CA synced", done=done,
-                                  added=plan.added, restart=plan.restart_kubelet)  # fmt: skip
+                applied = await rotate_if_published(self.api, self.host)
             except InputError as exc:
                 await self._set_state("Degraded", f"kube-apiserver serving CA rotation: {exc}")
                 return
-            if bundle is None:
-                # The MCD records the flag as observed anyway, which drops the rotation for
-                # good; leaving it unrecorded makes the next pass ask again.
-                self.log.warning("no " + kc.CA_BUNDLE_KEY + " in " + kc.KUBECONFIG_DATA_SOURCE)
+            if not applied:
                 observed = node.annotations.get(A.LAST_OBSERVED_SERVER_CA, "")
         if node.annotations.get(A.LAST_OBSERVED_SERVER_CA, "") != observed:
             values[A.LAST_OBSERVED_SERVER_CA] = observed

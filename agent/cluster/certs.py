@@ -10,7 +10,18 @@ import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.cluster.kubeconfig import ServerCAPlan, plan_server_ca, with_certificate_authority
+import structlog
+
+from agent.cluster.kube import Kube, KubeError
+from agent.cluster.kubeconfig import (
+    CA_BUNDLE_KEY,
+    KUBECONFIG_DATA_PATH,
+    KUBECONFIG_DATA_SOURCE,
+    ServerCAPlan,
+    ca_bundle,
+    plan_server_ca,
+    with_certificate_authority,
+)
 from agent.errors import InputError
 from agent.host.ports import FilesPort, Host
 from agent.model.ignition import Owner
@@ -142,3 +153,27 @@ async def rotate_server_ca(host: Host, bundle: bytes) -> tuple[ServerCAPlan, lis
     ):
         done.append(KUBECONFIG)
     return plan, done
+
+
+async def rotate_if_published(api: Kube, host: Host) -> bool:
+    """The rotation the operator flagged: the bundle it published in the kubeconfig-data
+    ConfigMap, applied with `rotate_server_ca`. False when there is no bundle to read yet (the
+    caller leaves the flag unrecorded, so the next pass asks again; the MCD records it anyway
+    and so drops the rotation for good). A 5xx is raised for a retry; an unusable bundle or
+    kubeconfig is an InputError."""
+    log = structlog.get_logger("certs")
+    try:
+        configmap: dict[str, Any] = await api.get(KUBECONFIG_DATA_PATH)
+    except KubeError as exc:
+        if exc.status >= 500:
+            raise
+        log.warning("cannot read " + KUBECONFIG_DATA_SOURCE, error=str(exc))
+        return False
+    bundle = ca_bundle(configmap)
+    if bundle is None:
+        log.warning("no " + CA_BUNDLE_KEY + " in " + KUBECONFIG_DATA_SOURCE)
+        return False
+    plan, done = await rotate_server_ca(host, bundle)
+    log.info("kube-apiserver serving CA synced", done=done, added=plan.added,
+             restart=plan.restart_kubelet)  # fmt: skip
+    return True

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import os
 import random
 import signal
@@ -254,13 +253,3 @@ class KitCluster:
         )
         path.chmod(0o600)
         return path
-
-
-@contextlib.asynccontextmanager
-async def kit_cluster(kit: Path, run: Path):
-    cluster = KitCluster(kit, run)
-    try:
-        await cluster.up()
-        yield cluster
-    finally:
-        await cluster.down()

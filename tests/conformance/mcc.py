@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.host.simulated import SimulatedHost
 from tests.conformance.kit import MCO_NS, KitCluster
-from tests.conformance.real import REPO, admin_watch, put_object
+from tests.conformance.real import REPO, follow, put_object
 from tests.scenarios.harness import make_host
 
 P = "machineconfiguration.openshift.io/"
@@ -104,8 +104,8 @@ class MccCluster:
             seed.parent.mkdir(parents=True, exist_ok=True)
             keys = ("currentConfig", "desiredConfig", "firstPivotConfig")
             seed.write_text(json.dumps({**{P + k: rendered for k in keys}, P + "state": "Done"}))
-        self._tasks.append(asyncio.create_task(self._watch("/api/v1/nodes", self._sample)))
-        self._tasks.append(asyncio.create_task(self._watch(MCN_PATH, self._row)))
+        for path, record in (("/api/v1/nodes", self._sample), (MCN_PATH, self._row)):
+            self._tasks.append(asyncio.create_task(follow(self.cluster, path, {}, record)))
 
     @property
     def bootstrap_config(self) -> str:
@@ -133,29 +133,7 @@ class MccCluster:
                 return
 
     # -- observing ------------------------------------------------------------------------------
-    async def _watch(self, path: str, record) -> None:
-        """An admin watch of a collection: every object as it changes, relisting on ERROR."""
-        rv = ""
-        while True:
-            try:
-                if not rv:
-                    listed = await self.cluster.call("GET", path)
-                    rv = listed["metadata"]["resourceVersion"]
-                    for item in listed["items"]:
-                        record(item)
-                async for event in admin_watch(self.cluster, path, {"resourceVersion": rv}):
-                    if event["type"] == "ERROR":
-                        rv = ""
-                        break
-                    rv = event["object"]["metadata"]["resourceVersion"]
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        record(event["object"])
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                await asyncio.sleep(0.2)
-
-    def _row(self, mcn: dict[str, Any]) -> None:
+    async def _row(self, mcn: dict[str, Any]) -> None:
         """The MachineConfigNode as `oc get machineconfignode` shows it (the CRD's printer
         columns), plus NodeDegraded."""
         conditions = {c["type"]: c["status"] for c in mcn.get("status", {}).get("conditions", [])}
@@ -167,7 +145,7 @@ class MccCluster:
         if not rows or rows[-1] != row:
             rows.append(row)
 
-    def _sample(self, node: dict[str, Any]) -> None:
+    async def _sample(self, node: dict[str, Any]) -> None:
         self.samples.append(Sample(time.monotonic(), node["metadata"]["name"],
                                    dict(node["metadata"].get("annotations") or {}),
                                    bool(node.get("spec", {}).get("unschedulable"))))  # fmt: skip
@@ -307,9 +285,6 @@ class MccCluster:
 
     async def node(self, name: str) -> dict[str, Any]:
         return await self.cluster.call("GET", f"/api/v1/nodes/{name}")
-
-    async def machine_config_node(self, name: str) -> dict[str, Any] | None:
-        return await self.cluster.get(f"{MCN_PATH}/{name}")
 
     async def apply(self, obj: dict[str, Any]) -> float:
         """Create an object; returns the time, for the rollout figure."""

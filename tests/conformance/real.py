@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,18 +75,51 @@ async def put_object(cluster: KitCluster, obj: dict[str, Any]) -> dict[str, Any]
     return data
 
 
+class WatchRefused(RuntimeError):
+    """The server answered a watch request with an HTTP error before any event."""
+
+    def __init__(self, path: str, status: int, text: str) -> None:
+        super().__init__(f"watch {path}: {status} {text}")
+        self.status = status
+
+
 async def admin_watch(cluster: KitCluster, path: str, params: dict[str, str]):
-    """Watch events as an admin: one dict each, until the stream ends (raises on HTTP errors)."""
+    """Watch events as an admin: one dict each, until the stream ends."""
     session = await cluster.session()
     query = {**params, "watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": "60"}
     async with session.get(
         cluster.url + path, params=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=90)
     ) as resp:
         if resp.status != 200:
-            raise RuntimeError(f"watch {path}: {resp.status} {await resp.text()}")
+            raise WatchRefused(path, resp.status, await resp.text())
         async for line in resp.content:
             if line.strip():
                 yield json.loads(line)
+
+
+async def follow(cluster: KitCluster, path: str, params: dict[str, str],
+                 record: Callable[[dict[str, Any]], Awaitable[None]]) -> None:  # fmt: skip
+    """Every object of a collection as it is listed and as it changes, until cancelled: resume
+    from the last resourceVersion, relist on an ERROR event, and ride out server restarts."""
+    rv = ""
+    while True:
+        try:
+            if not rv:
+                listed = await cluster.call("GET", path, params=params)
+                rv = listed["metadata"]["resourceVersion"]
+                for item in listed["items"]:
+                    await record(item)
+            async for event in admin_watch(cluster, path, {**params, "resourceVersion": rv}):
+                if event["type"] == "ERROR":
+                    rv = ""  # 410 or 504: relist
+                    break
+                rv = event["object"]["metadata"]["resourceVersion"]
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    await record(event["object"])
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the server restarting: watch again from where we were
+            await asyncio.sleep(0.2)
 
 
 @dataclass
@@ -93,6 +127,7 @@ class RealHarness(Harness):
     cluster: KitCluster | None = None
     answer_drains: bool = False
     _drains: list[str] = field(default_factory=list)
+    _last_drain: str | None = None
     _watcher: asyncio.Task[None] | None = None
 
     @classmethod
@@ -129,39 +164,18 @@ class RealHarness(Harness):
                          "labels": {"node-role.kubernetes.io/worker": "",
                                     "kubernetes.io/hostname": self.node}},
         })  # fmt: skip
-        self._watcher = asyncio.create_task(self._watch_node())
+        selector = {"fieldSelector": f"metadata.name={self.node}"}
+        self._watcher = asyncio.create_task(
+            follow(self.cluster, "/api/v1/nodes", selector, self._saw)
+        )
 
     # -- the admin-side watcher: drain values, and the drain controller's answers ----------------
-    async def _watch_node(self) -> None:
-        path, rv, last = "/api/v1/nodes", "", None
-        selector = {"fieldSelector": f"metadata.name={self.node}"}
-        while True:
-            try:
-                if not rv:
-                    listed = await self.cluster.call("GET", path, params=selector)
-                    rv = listed["metadata"]["resourceVersion"]
-                    for item in listed["items"]:
-                        last = await self._saw(item, last)
-                async for event in admin_watch(
-                    self.cluster, path, {**selector, "resourceVersion": rv}
-                ):
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        rv = ""  # 410 or 504: relist
-                        break
-                    rv = obj["metadata"]["resourceVersion"]
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        last = await self._saw(obj, last)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the server restarting: watch again from where we were
-                await asyncio.sleep(0.2)
-
-    async def _saw(self, node: dict[str, Any], last: str | None) -> str | None:
+    async def _saw(self, node: dict[str, Any]) -> None:
         annotations = node["metadata"].get("annotations") or {}
         wanted = annotations.get(P + "desiredDrain")
-        if wanted and wanted != last:
+        if wanted and wanted != self._last_drain:
             self._drains.append(wanted)
+        self._last_drain = wanted
         if self.answer_drains and wanted and annotations.get(P + "lastAppliedDrain") != wanted:
             await asyncio.sleep(0.2)
             # What the MCO's drain controller does: cordon (no pods here to evict) or
@@ -170,7 +184,6 @@ class RealHarness(Harness):
                 "spec": {"unschedulable": True if wanted.startswith("drain-") else None},
                 "metadata": {"annotations": {P + "lastAppliedDrain": wanted}},
             })  # fmt: skip
-        return wanted
 
     # -- primitives -------------------------------------------------------------------------
     async def put(self, obj: dict[str, Any]) -> None:
@@ -250,8 +263,8 @@ class RealHarness(Harness):
                     if event["type"] == "ERROR":
                         return int(event["object"].get("code", 0))
                     return 200
-        except RuntimeError as exc:  # an HTTP error before the stream started
-            return int(str(exc).split(": ")[1].split()[0])
+        except WatchRefused as exc:
+            return exc.status
         return 200
 
     def agent_kubeconfigs(self) -> tuple[Path, Path]:

@@ -28,6 +28,7 @@ its registry (each add prints the digest-pinned reference to put in osImageURL),
   image-mode-agent sim create DIR --image quay.example/os/node:v1
   image-mode-agent sim add-image DIR quay.example/os/node:v2 --file usr/lib/os-release=v2
   image-mode-agent sim add-image DIR quay.example/os/node:v3 --boot-fails
+  image-mode-agent sim disk-full DIR        (stages fail for lack of space; --off ends it)
   image-mode-agent sim status DIR
 """
 
@@ -168,6 +169,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         )
     elif args.sim_command == "next-boot-fails":
         SimulatedHost(base).set_next_boot_fails(True)
+    elif args.sim_command == "disk-full":
+        SimulatedHost(base).set_disk_full(not args.off)
     else:
         print(json.dumps(SimulatedHost(base).status_document(), indent=2))
     return 0
@@ -260,6 +263,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="who drains: the MCO drain controller (handshake) or the agent itself",
     )
     cluster.add_argument("--drain-timeout", type=float, default=3600.0, help="seconds")
+    cluster.add_argument(
+        "--prestage",
+        choices=("pool", "off"),
+        default="pool",
+        help="stage the pool's target image locked before this node's turn (default: pool)",
+    )
+    cluster.add_argument(
+        "--prestage-jitter",
+        type=float,
+        default=60.0,
+        help="seconds: a pre-stage starts after a random delay up to this (registry load)",
+    )
+    cluster.add_argument(
+        "--prestage-retry",
+        type=float,
+        default=10.0,
+        help="seconds before the first retry of a failed pre-stage (doubling, up to 600)",
+    )
     run.set_defaults(func=cmd_run)
     _host_flags(run)
 
@@ -294,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fail = sim_sub.add_parser("next-boot-fails", help="the next boot falls back")
     fail.add_argument("dir")
+    full = sim_sub.add_parser("disk-full", help="stages fail on a full disk (until --off)")
+    full.add_argument("dir")
+    full.add_argument("--off", action="store_true", help="the disk has room again")
     show = sim_sub.add_parser("status", help="print the host as `bootc status` would")
     show.add_argument("dir")
     sim.set_defaults(func=cmd_sim)

@@ -18,7 +18,7 @@ import structlog
 from agent.configstore import ConfigStore
 from agent.desired import Desired
 from agent.errors import HostError, InputError
-from agent.host.ports import Host, Progress
+from agent.host.ports import Host, Progress, ProgressCallback
 from agent.journal import IN_FLIGHT, Journal, Phase, Record
 from agent.model.bootc_status import BootcHost
 from agent.model.imageref import ImageRef, parse_image_ref
@@ -256,7 +256,8 @@ class Engine:
             # the reboot discards it; a soft reboot only where bootc says the deployment can.
             status = await self.host.bootc.status()
             soft = self.soft_reboot and bool(status.staged and status.staged.soft_reboot_capable)
-            await self.host.bootc.unlock_staged(soft=soft)
+            if status.staged is not None:  # a boot retry reboots the booted target: none staged
+                await self.host.bootc.unlock_staged(soft=soft)
         guard = getattr(self.host.system, "shutdown_delayed", None)
         # Hold a delay inhibitor while the journal records the reboot, so a shutdown that
         # someone else starts cannot land between the record and our own request.
@@ -306,6 +307,53 @@ class Engine:
         if rec.phase not in (Phase.REBOOTING, Phase.ROLLBACK_REBOOTING):
             return None
         return await self._resume(rec)
+
+    # -- pre-staging ---------------------------------------------------------------------
+    async def prestage(self, desired: Desired, on_progress: ProgressCallback | None = None) -> str:
+        """Stage `desired`'s image locked (download-only), ahead of the update that will ask
+        for it; the host keeps running and nothing else changes. Returns `staged`,
+        `already-staged`, or why nothing was staged ("skipped: ..."); HostError when bootc
+        fails. Only from the idle phase: an update in flight owns the staged deployment."""
+        rec = self.journal.load()
+        if rec.phase != Phase.IDLE:
+            return f"skipped: an update is in flight (phase {rec.phase})"
+        plan, status = await self._plan(desired, rec)
+        target = desired.target
+        if plan.verdict != "image" or target is None or target.digest is None:
+            return f"skipped: the update would be {plan.verdict}, not an image"
+        rec = self.journal.load()  # read again: no await between this check and the write
+        if rec.phase != Phase.IDLE:
+            return f"skipped: an update is in flight (phase {rec.phase})"
+        staged = status.staged
+        if staged is not None and staged.download_only and status.staged_digest == target.digest:
+            if rec.prestage != str(target):
+                self._save(rec.to(Phase.IDLE, prestage=str(target)))
+            return "already-staged"
+        if rec.prestage != str(target):
+            self._save(rec.to(Phase.IDLE, prestage=str(target)))
+        await self.host.bootc.stage(target, on_progress, locked=True)
+        self._did("prestage")
+        self._event(f"pre-staged {target} (locked: applied only at this node's turn)")
+        return "staged"
+
+    async def drop_prestage(self) -> bool:
+        """Forget a pre-stage that is no longer wanted: stop its stage if it still runs (a
+        finished locked deployment needs nothing: no ordinary boot applies it, and the next
+        stage replaces it). Returns whether there was one."""
+        rec = self.journal.load()
+        if rec.phase != Phase.IDLE or rec.prestage is None:
+            return False
+        await self.host.bootc.cancel_stage()
+        rec = self.journal.load()
+        if rec.phase == Phase.IDLE and rec.prestage is not None:
+            self._save(rec.to(Phase.IDLE, prestage=None))
+        self._event(f"pre-stage of {rec.prestage} dropped")
+        return True
+
+    def prestaged(self) -> str | None:
+        """The pinned ref pre-staged (or being pre-staged) while idle, from the journal."""
+        rec = self.journal.load()
+        return rec.prestage if rec.phase == Phase.IDLE else None
 
     # -- resuming ------------------------------------------------------------------------
     async def _resume(self, rec: Record) -> Outcome:

@@ -54,6 +54,9 @@ class Record:
     failed: dict[str, str] = field(default_factory=dict)  # digest -> update key it failed under
     current_name: str | None = None
     current_image: str | None = None
+    # A pool target staged locked ahead of this node's turn (idle phase only): the pinned ref,
+    # written before the stage starts, so that a restart adopts or cleans it.
+    prestage: str | None = None
 
     def to(self, phase: Phase, **changes: Any) -> Record:
         return replace(self, phase=phase, **changes)

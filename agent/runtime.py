@@ -114,6 +114,7 @@ async def run_cluster_source(
     """`run --source kube`: credentials, the Node's name, then the cluster agent."""
     from agent.cluster.agent import ClusterAgent, ClusterOptions
     from agent.cluster.kube import Kube
+    from agent.cluster.prestager import PrestageOptions
 
     node_name = getattr(args, "node_name", None) or os.environ.get("NODE_NAME")
     if not node_name:
@@ -128,11 +129,22 @@ async def run_cluster_source(
         dry_run=getattr(args, "dry_run", False),
         max_boot_attempts=getattr(args, "max_boot_attempts", 1),
         soft_reboot=getattr(args, "allow_soft_reboot", False),
+        prestage=PrestageOptions(
+            mode=getattr(args, "prestage", "pool"),
+            jitter=getattr(args, "prestage_jitter", 60.0),
+            retry_initial=getattr(args, "prestage_retry", 10.0),
+        ),
     )
     agent = ClusterAgent(api, node_api, host, allowlist, options, board or StatusBoard())
     try:
         return await until_signalled(agent.run())
     finally:
+        # What this process asked of the API server, for capacity planning (a reboot ends it).
+        structlog.get_logger("agent").info(
+            "api requests", reads=api.counter.reads, writes=api.counter.writes,
+            node_reads=node_api.counter.reads if node_api is not api else 0,
+            node_writes=node_api.counter.writes if node_api is not api else 0,
+        )  # fmt: skip
         await api.close()
         if node_api is not api:
             await node_api.close()

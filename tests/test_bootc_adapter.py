@@ -11,13 +11,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent.errors import HostError
 from agent.host import bootc_errors
-from agent.host.bootc import Bootc, BootcTimeouts, progress_from_event
+from agent.host.bootc import STAGE_PRIORITY, Bootc, BootcTimeouts, progress_from_event
 from agent.host.ports import Progress
 from agent.host.systemd import ProcessUnitRunner
 from agent.model.bootc_status import parse_bootc_status
@@ -187,6 +189,105 @@ async def test_stage_plain_switch_where_download_only_is_missing(
     assert await bootc.unlock_staged() is False
 
 
+class RecordingRunner(ProcessUnitRunner):
+    """The process runner, remembering the properties each unit was started with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[tuple[str, dict[str, Any]]] = []
+
+    async def start_transient_service(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        properties: Mapping[str, Any] | None = None,
+        description: str = "",
+    ) -> str:
+        self.started.append((name, dict(properties or {})))
+        return await super().start_transient_service(name, argv, env, properties, description)
+
+
+async def test_stage_runs_at_low_priority(host: StandinHost, tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    await host.adapter(tmp_path, runner=runner).stage(ref(D2))
+    assert runner.started == [
+        ("image-mode-agent-stage.service",
+         {"IOSchedulingClass": 3, "IOWeight": 10, "CPUWeight": 20, "Nice": 10}),
+    ]  # fmt: skip
+    assert dict(STAGE_PRIORITY) == runner.started[0][1]
+
+
+async def test_process_runner_applies_nice(tmp_path: Path) -> None:
+    """Only Nice: the process group is reniced right after the spawn. The command waits for a
+    go file, so what it reads is the priority after start_transient_service returned."""
+    runner, out, go = ProcessUnitRunner(), tmp_path / "nice", tmp_path / "go"
+    script = f"while [ ! -e {go} ]; do sleep 0.01; done; nice > {out}"
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    await runner.start_transient_service(
+        "t.service", ["/bin/sh", "-c", script], properties=dict(STAGE_PRIORITY)
+    )
+    go.touch()
+    state = await runner.wait_unit_finished("t.service", 10)
+    assert state.ok and int(out.read_text()) == max(base, 10)  # absolute, as systemd's Nice=
+
+
+async def test_a_staged_digest_is_not_staged_again(host: StandinHost, tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    bootc = host.adapter(tmp_path, runner=runner)
+    await bootc.stage(ref(D2))
+    await bootc.stage(ref(D2, tag="v2"))  # the same digest under a tag
+    await bootc.stage(ref(D2), locked=True)  # locked already (download-only)
+    assert len(host.verb_calls("switch")) == 1 and len(runner.started) == 1
+    assert (await bootc.status()).staged_digest == D2
+
+
+async def test_a_staged_digest_being_replaced_is_staged_again(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    """D2 is staged but a stage of D3 runs: it would replace D2, so a stage of D2 is no
+    no-op; it supersedes the D3 stage, and bootc finds its spec unchanged."""
+    host.bootc("internals", "standin-add-image", f"{NAME}@{D3}", "3.0")
+    runner = ProcessUnitRunner()
+    first, second = host.adapter(tmp_path, runner=runner), host.adapter(tmp_path, runner=runner)
+    await first.stage(ref(D2))
+    host.configure(progress_delay=0.2)
+    newer = asyncio.create_task(first.stage(ref(D3)))
+    async with asyncio.timeout(10):
+        while not (await runner.unit_state(first.unit)).running:
+            await asyncio.sleep(0.02)
+    await second.stage(ref(D2))
+    with pytest.raises(HostError) as err:
+        await newer
+    assert err.value.kind == "cancelled"
+    assert [c[-1] for c in host.verb_calls("switch")] == [f"{NAME}@{d}" for d in (D2, D3, D2)]
+    assert (await second.status()).staged_digest == D2
+
+
+async def test_locked_stage_where_bootc_cannot_lock(host: StandinHost, tmp_path: Path) -> None:
+    host.configure(switch_download_only=False)
+    bootc = host.adapter(tmp_path)
+    with pytest.raises(HostError) as err:
+        await bootc.stage(ref(D2), locked=True)
+    assert err.value.kind == "unsupported"
+    assert "bootc switch --download-only" in str(err.value)
+    assert host.verb_calls("switch") == [] and host.verb_calls("status") == []
+    await bootc.stage(ref(D2))  # unlocked is still allowed: a plain switch
+    assert (await bootc.status()).staged_digest == D2
+
+
+async def test_locked_stage_is_download_only(host: StandinHost, tmp_path: Path) -> None:
+    bootc = host.adapter(tmp_path)
+    await bootc.stage(ref(D2), locked=True)
+    (switch,) = host.verb_calls("switch")
+    assert "--download-only" in switch
+    status = await bootc.status()
+    assert status.staged is not None and status.staged.download_only
+    host.bootc("internals", "standin-reboot")  # an ordinary reboot: discarded
+    status = await bootc.status()
+    assert status.staged is None and status.booted_digest == D1
+
+
 async def test_stage_refuses_unpinned(host: StandinHost, tmp_path: Path) -> None:
     with pytest.raises(HostError) as err:
         await host.adapter(tmp_path).stage(parse_image_ref(f"{NAME}:latest"))
@@ -270,8 +371,9 @@ async def test_calls_are_serialized_per_adapter(host: StandinHost, tmp_path: Pat
     await stage
     assert status.staged_digest == D2  # status waited for the stage to finish
     events = [(e["argv"][0], e["phase"]) for e in host.log() if "--help" not in e["argv"]]
-    switch_exit = events.index(("switch", "exit"))
-    assert events.index(("status", "start"), 1) > switch_exit
+    statuses = [i for i, event in enumerate(events) if event == ("status", "start")]
+    assert statuses[0] < events.index(("switch", "start"))  # the stage's already-staged check
+    assert statuses[-1] > events.index(("switch", "exit"))
 
 
 async def test_cancel_stage(host: StandinHost, tmp_path: Path) -> None:

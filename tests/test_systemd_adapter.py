@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dbus_fast import BusType, Variant
+from dbus_fast import BusType, Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.annotations import DBusBool, DBusStr, DBusUInt32, DBusUnixFd
 from dbus_fast.constants import PropertyAccess
@@ -27,7 +27,7 @@ from dbus_fast.service import ServiceInterface, dbus_method, dbus_property
 
 from agent.errors import HostError
 from agent.host.ports import Progress
-from agent.host.systemd import Notifier, Systemd
+from agent.host.systemd import Notifier, Systemd, as_variant
 from tests.test_bootc_adapter import D1, D2, NAME, STANDIN, StandinHost, ref
 
 REPO = Path(__file__).resolve().parents[1]
@@ -443,6 +443,93 @@ async def test_stage_failure_and_cancel_through_systemd(
         assert err.value.kind == "cancelled"
         standin.configure(progress_delay=0)
         assert (await bootc.status()).staged is None
+
+
+async def _systemd_call(
+    bus: MessageBus, path: str, iface: str, member: str, signature: str, body: list
+) -> list:
+    message = Message(destination="org.freedesktop.systemd1", path=path, interface=iface,
+                      member=member, signature=signature, body=body)  # fmt: skip
+    reply = await bus.call(message)
+    assert reply is not None and reply.message_type == MessageType.METHOD_RETURN, reply
+    return list(reply.body)
+
+
+async def unit_properties(address: str, unit: str, iface: str) -> dict[str, object]:
+    """`GetAll` of one interface of a loaded unit, read on a bus connection of its own (not
+    through the adapter under test)."""
+    bus = await MessageBus(bus_address=address).connect()
+    try:
+        manager = "org.freedesktop.systemd1.Manager"
+        (path,) = await _systemd_call(bus, "/org/freedesktop/systemd1", manager, "GetUnit", "s",
+                                      [unit])  # fmt: skip
+        props = "org.freedesktop.DBus.Properties"
+        (values,) = await _systemd_call(bus, path, props, "GetAll", "s", [iface])
+        return {key: value.value for key, value in values.items()}
+    finally:
+        bus.disconnect()
+
+
+async def test_stage_unit_runs_at_idle_io_and_low_cpu_weight(
+    user_manager: UserManager, standin: StandinHost, tmp_path: Path
+) -> None:
+    """What systemd reports for the running stage unit: the priority came through as typed
+    properties (the adapter passes plain values; the runner makes Variants of them)."""
+    standin.configure(progress_delay=0.3)  # four steps: the unit runs for about 1.5 s
+    async with user_manager.client() as bus:
+        bootc = standin.adapter(tmp_path, runner=bus)
+        staging = asyncio.create_task(bootc.stage(ref(D2), locked=True))
+        unit = "image-mode-agent-stage.service"
+        async with asyncio.timeout(10):
+            while not (await bus.unit_state(unit)).running:
+                await asyncio.sleep(0.02)
+        service = await unit_properties(
+            user_manager.address, unit, "org.freedesktop.systemd1.Service"
+        )
+        assert (service["IOSchedulingClass"], service["Nice"]) == (3, 10)
+        assert (service["CPUWeight"], service["IOWeight"]) == (20, 10)
+        pid = int(service["MainPID"])  # type: ignore[call-overload]
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 10  # applied to the process itself
+        await staging
+        status = await bootc.status()
+        assert status.staged_digest == D2 and status.staged is not None
+        assert status.staged.download_only
+
+
+async def test_plain_unit_properties_become_typed_variants(
+    user_manager: UserManager, systemd: Systemd
+) -> None:
+    assert as_variant("Nice", 10) == Variant("i", 10)
+    assert as_variant("IOSchedulingClass", 3) == Variant("i", 3)
+    assert as_variant("CPUWeight", 20) == Variant("t", 20)
+    assert as_variant("IOWeight", 10) == Variant("t", 10)
+    given = Variant("s", "oneshot")
+    assert as_variant("Type", given) is given
+    assert as_variant("WhateverSystemdKnows", given) is given  # a Variant passes as is
+    for name, value in (("CPUWeight", -1), ("Nice", "10"), ("IOWeight", True)):
+        with pytest.raises(HostError) as err:
+            as_variant(name, value)
+        assert err.value.kind == "input" and name in str(err.value)
+    with pytest.raises(HostError) as err:
+        await systemd.start_transient_service(
+            "ima-unknown.service", ["/bin/true"], properties={"MemoryMax": 1 << 30}
+        )
+    assert err.value.kind == "input"
+    assert "MemoryMax" in str(err.value) and "Variant" in str(err.value)
+    assert (await systemd.unit_state("ima-unknown.service")).load_state == "not-found"
+    # Plain and typed together, on a real manager.
+    await systemd.start_transient_service(
+        "ima-plain.service", ["/bin/sleep", "30"],
+        properties={"Nice": 5, "CPUWeight": 50, "Type": Variant("s", "simple")},
+    )  # fmt: skip
+    try:
+        service = await unit_properties(
+            user_manager.address, "ima-plain.service", "org.freedesktop.systemd1.Service"
+        )
+        assert (service["Nice"], service["CPUWeight"], service["Type"]) == (5, 50, "simple")
+    finally:
+        await systemd.stop_unit("ima-plain.service")
+        await systemd.clear_unit("ima-plain.service")
 
 
 def test_standin_is_executable() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -30,11 +30,13 @@ from agent.cluster.kube import (
 )
 from agent.cluster.mcn_steps import PassSteps
 from agent.cluster.mcn_writer import MachineConfigNodeWriter
+from agent.cluster.prestager import PrestageOptions, Prestager
 from agent.cluster.watch import ObjectWatch
 from agent.desired import Desired
 from agent.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
 from agent.errors import HostError, InputError
 from agent.host.ports import Host, Progress
+from agent.journal import Record
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
@@ -55,6 +57,7 @@ class ClusterOptions:
     dry_run: bool = False
     max_boot_attempts: int = 1
     soft_reboot: bool = False
+    prestage: PrestageOptions = field(default_factory=PrestageOptions)
 
 
 class ClusterAgent:
@@ -65,7 +68,7 @@ class ClusterAgent:
         self.allowlist, self.options = allowlist, options
         self.name = options.node_name
         self.wakeup = asyncio.Event()
-        self.node = ObjectWatch(node_api, "/api/v1/nodes", self.name, on_change=self.wakeup.set)
+        self.node = ObjectWatch(node_api, "/api/v1/nodes", self.name, on_change=self._node_changed)
         self.controller_config = ObjectWatch(api, CONTROLLERCONFIGS, "machine-config-controller",
                                              on_change=self.wakeup.set)  # fmt: skip
         self.configuration = ObjectWatch(api, MACHINECONFIGURATIONS, "cluster",
@@ -95,10 +98,26 @@ class ClusterAgent:
         self.engine = Engine(host, policy=allowlist.policy, hooks=hooks,
                              max_boot_attempts=options.max_boot_attempts,
                              soft_reboot=options.soft_reboot)  # fmt: skip
+        self.prestager: Prestager | None = None
+        if options.prestage.mode == "pool" and not options.dry_run:
+            self.prestager = Prestager(api, self.node, self.engine, self.events,
+                                       self.board.metrics, self._pool_desired,
+                                       options.prestage)  # fmt: skip
+        # Read at scrape time: every request counts, also those after the last pass.
+        for kube, who in ((api, "reads"), (node_api, "node")):
+            counter = kube.counter
+            metric = self.board.metrics.api_requests
+            metric.labels(f"{who}-get").set_function(lambda c=counter: c.reads)
+            metric.labels(f"{who}-write").set_function(lambda c=counter: c.writes)
         self._progress_at = 0.0
         self._progress_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.log = structlog.get_logger("cluster").bind(node=self.name)
+
+    def _node_changed(self) -> None:
+        self.wakeup.set()
+        if self.prestager is not None:
+            self.prestager.poke()
 
     # -- writing the Node --------------------------------------------------------------------
     async def patch_node(self, body: dict[str, Any]) -> None:
@@ -159,6 +178,8 @@ class ClusterAgent:
             # Policy and certificates must be known before the first decision.
             for watch in (self.node, self.controller_config, self.configuration):
                 await watch.synced.wait()
+            if self.prestager is not None:
+                self._tasks.append(asyncio.create_task(self.prestager.run()))
             failures = 0
             while True:
                 self.wakeup.clear()
@@ -203,10 +224,8 @@ class ClusterAgent:
             "desiredConfig": node.desired_config,
             "currentImage": node.get(A.CURRENT_IMAGE),
             "desiredImage": node.get(A.DESIRED_IMAGE),
+            "prestaged": self.engine.prestaged(),
         })  # fmt: skip
-        for kube, who in ((self.api, "reads"), (self.node_api, "node")):
-            self.board.metrics.api_requests.labels(f"{who}-get").set(kube.counter.reads)
-            self.board.metrics.api_requests.labels(f"{who}-write").set(kube.counter.writes)
 
     # -- one pass ----------------------------------------------------------------------------
     async def sync(self) -> Outcome | None:
@@ -243,6 +262,11 @@ class ClusterAgent:
             outcome = await self.engine.reconcile(desired, dry_run=True)
             self.log.info("dry run", plan=outcome.plan.to_json() if outcome.plan else None)
             return None
+        paused = self.prestager.paused() if self.prestager else contextlib.nullcontext()
+        async with paused:  # a pre-stage never runs beside the update (bootc's one lock)
+            return await self._update(node, desired, journal)
+
+    async def _update(self, node: A.NodeView, desired: Desired, journal: Record) -> Outcome:
         stuck = journal.update_key == desired.key and str(journal.phase) in (
             "degraded",
             "unreconcilable",
@@ -263,6 +287,11 @@ class ClusterAgent:
             return Outcome(DEGRADED, reason, retryable=True)
         await self._report(node, desired, outcome)
         return outcome
+
+    def _pool_desired(self, rendered: dict[str, Any]) -> Desired:
+        """The pool's target as this node will be asked for it: the rendered config, its
+        osImageURL as the image (the controller sets desiredImage only at the node's turn)."""
+        return self._desired(A.NodeView(self.name, {}), rendered)
 
     def _desired(self, node: A.NodeView, rendered: dict[str, Any]) -> Desired:
         # Parsed from the very bytes the host records, so that the recorded config and the

@@ -5,7 +5,10 @@
 - Staging (`bootc switch`) can take many minutes, so it runs as the NAMED transient unit
   `image-mode-agent-stage.service` through a `UnitRunner` (systemd's StartTransientUnit on a real
   host): it keeps running across an agent restart, the restarted agent adopts it by name instead
-  of starting a second one, and `cancel_stage()` stops it.
+  of starting a second one, and `cancel_stage()` stops it. It runs at low priority
+  (STAGE_PRIORITY): a pull must not starve the node's workloads of disk or CPU.
+- A digest already staged is not staged again (`bootc switch` to the staged spec is a no-op
+  anyway, but only after taking the sysroot lock and starting a unit).
 - Progress: bootc's `--progress-fd` writes JSON lines. A pipe cannot outlive the agent (and a full
   pipe with no reader would block bootc), so fd 3 of the staged command is a file in `run_dir`
   that the agent tails; stderr goes to a second file so a failure has its `error:` line.
@@ -27,6 +30,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
@@ -41,6 +46,12 @@ _FORBIDDEN = frozenset({"--apply", "--mutate-in-place"})
 # stream (the journal) so `journalctl -u image-mode-agent-stage` still shows the error.
 _WRAPPER = 'err=$1 prog=$2; shift 2; "$@" 2>"$err" 3>>"$prog"; rc=$?; cat "$err" >&2; exit $rc'
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+# systemd properties of the stage unit, as plain values (this module stays free of D-Bus; the
+# systemd runner types them): idle I/O class (3) and low weights, so a pull only uses what the
+# node's workloads leave, and a nice level for runners that can only renice.
+STAGE_PRIORITY: Mapping[str, Any] = MappingProxyType(
+    {"IOSchedulingClass": 3, "IOWeight": 10, "CPUWeight": 20, "Nice": 10}
+)
 
 
 @dataclass(frozen=True)
@@ -215,14 +226,31 @@ class Bootc:
             await self._run(args, self.timeouts.unlock, "bootc upgrade --from-downloaded")
             return True
 
-    async def stage(self, image: ImageRef, on_progress: ProgressCallback | None = None) -> None:
+    async def stage(
+        self,
+        image: ImageRef,
+        on_progress: ProgressCallback | None = None,
+        *,
+        locked: bool = False,
+    ) -> None:
         """`bootc switch --transport registry NAME@DIGEST` (with `--download-only` where
-        supported, so a plain reboot cannot apply it by accident) in the stage unit."""
+        supported, so a plain reboot cannot apply it by accident) in the stage unit, at low
+        priority; nothing when that digest is staged already. `locked` demands download-only:
+        kind `unsupported` where this bootc cannot, before anything is pulled."""
         if not image.pinned or image.digest is None:
             raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
         ref = str(image.with_digest(image.digest))  # bootc canonicalizes name:tag@d to name@d
         async with self._lock:
             caps = await self.capabilities()
+            if locked and not caps.download_only:
+                raise HostError(
+                    f"cannot stage {ref} locked: this bootc has no `bootc switch "
+                    "--download-only` (with `bootc upgrade --from-downloaded`), so any reboot "
+                    "would boot the staged image",
+                    kind="unsupported",
+                )
+            if await self._staged_already(image.digest):
+                return
             argv = [self.bootc, "switch", "--transport", "registry"]
             if caps.download_only:
                 argv.append("--download-only")
@@ -231,6 +259,13 @@ class Bootc:
             argv.append(ref)
             description = await self._start_or_adopt(ref, argv)
             await self._follow(description, on_progress if caps.progress_fd else None)
+
+    async def _staged_already(self, digest: str) -> bool:
+        """Whether `digest` is staged and stays so. Not while a stage unit runs: it may be
+        replacing the staged deployment (a newer target), or be ours to adopt and follow."""
+        if (await self.runner.unit_state(self.unit)).running:
+            return False
+        return (await self._status()).staged_digest == digest
 
     def _paths(self) -> tuple[Path, Path, Path, Path]:
         """(stderr, progress) as the command sees them, then as the agent reads them."""
@@ -258,7 +293,7 @@ class Bootc:
         self._cancelled = False
         wrapped = ["/bin/sh", "-c", _WRAPPER, "image-mode-agent-stage", str(err), str(prog), *argv]
         await self.runner.start_transient_service(
-            self.unit, wrapped, env=self._env, description=description
+            self.unit, wrapped, env=self._env, properties=STAGE_PRIORITY, description=description
         )
         return description
 

@@ -59,8 +59,23 @@ class FilesPort(Protocol):
 class BootcPort(Protocol):
     async def status(self) -> BootcHost: ...
 
-    async def stage(self, image: ImageRef, on_progress: ProgressCallback | None = None) -> None:
-        """Pull and stage `image` (digest-pinned) for the next boot; never applies it."""
+    async def stage(
+        self,
+        image: ImageRef,
+        on_progress: ProgressCallback | None = None,
+        *,
+        locked: bool = False,
+    ) -> None:
+        """Pull and stage `image` (digest-pinned) for the next boot; never applies it. Returns
+        at once when a deployment of that digest is staged already. Staging runs at low
+        priority (idle I/O, low CPU weight). `locked`: the deployment must be download-only,
+        so an ordinary reboot discards it instead of booting it; a bootc that cannot lock
+        raises HostError kind `unsupported` before pulling anything. Unlocked, it is still
+        download-only where bootc supports that."""
+        ...
+
+    async def cancel_stage(self) -> None:
+        """Stop a stage running in the background, if any (its stage() raises `cancelled`)."""
         ...
 
     async def rollback(self) -> None:

@@ -2,13 +2,21 @@
 
 Layout of DIR:
   root/            the host's filesystem (etc/passwd, /home/core, /etc/kubernetes, ...)
-  host.json        the bootc deployments (booted/staged/rollback), boot ID, pending reboot
+  host.json        the bootc deployments (booted/staged/rollback), boot ID, pending reboot,
+                   injected faults (next boot fails, disk full)
   registry.json    the images this host can pull, by digest
-  actions.log      one JSON line per unit action, command and reboot, in order
+  layers.json      the image layers fetched so far, by digest (ostree's layer cache)
+  actions.log      one JSON line per unit action, command, layer pulled and reboot, in order
+
+It models a bootc with download-only support: every stage is locked (`downloadOnly`), and
+`unlock_staged()` (`bootc upgrade --from-downloaded`) arms it. An image is LAYERS layers; a
+fetched layer stays cached, so a cancelled pull resumes where it stopped and an image pulled
+once is not pulled again.
 
 A reboot only marks the host; `boot()` (run when the next agent process starts, as a machine
-boots before its services) makes the staged deployment the booted one, or falls back to the old
-one when the image or the host was marked to fail that boot."""
+boots before its services) makes an unlocked staged deployment the booted one, discards a
+locked one, or falls back to the old one when the image or the host was marked to fail that
+boot."""
 
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ from agent.model.imageref import ImageRef, parse_image_ref
 _PASSWD = "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/home/core:/bin/bash\n"
 _GROUP = "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n"
 _SHADOW = "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n"
+LAYERS = 3
 
 
 def _now() -> str:
@@ -55,6 +64,10 @@ class SimulatedHost:
     @property
     def _registry_path(self) -> Path:
         return self.base / "registry.json"
+
+    @property
+    def _layers_path(self) -> Path:
+        return self.base / "layers.json"
 
     def _state(self) -> dict[str, Any]:
         state = read_json(self._state_path)
@@ -141,6 +154,27 @@ class SimulatedHost:
         state["fail_next_boot"] = fails
         write_json(self._state_path, state)
 
+    def set_disk_full(self, full: bool = True) -> None:
+        """While set, a stage fails (kind `disk-space`) at the first layer it still has to
+        fetch; an image whose layers are all cached stages as usual."""
+        state = self._state()
+        state["disk_full"] = full
+        write_json(self._state_path, state)
+
+    # -- the layer cache -----------------------------------------------------------------
+    def cached_layers(self, digest: str) -> set[int]:
+        """The layers (1..LAYERS) of `digest` on disk. A deployed image has all of them."""
+        state = self._state()
+        deployed = (state.get(slot) or {} for slot in ("booted", "staged", "rollback"))
+        if any(slot.get("digest") == digest for slot in deployed):
+            return set(range(1, LAYERS + 1))
+        return set((read_json(self._layers_path) or {}).get(digest, []))
+
+    def _cache_layer(self, digest: str, layer: int) -> None:
+        cache = read_json(self._layers_path) or {}
+        cache[digest] = sorted({*cache.get(digest, []), layer})
+        write_json(self._layers_path, cache)
+
     # -- booting -------------------------------------------------------------------------
     def _lay_image_files(self, old_digest: str | None, new_digest: str | None) -> None:
         images = self._registry()["images"]
@@ -165,6 +199,11 @@ class SimulatedHost:
             state["booted"], state["rollback"] = state["rollback"], state["booted"]
             state["staged"] = None
             note = "booted rollback"
+        elif (state.get("staged") or {}).get("locked"):
+            # Download-only: not finalized at shutdown, so this boot drops it; its layers stay
+            # cached (until a GC, which is not modelled).
+            note = f"staged deployment {state['staged']['ref']} discarded (download-only); booted"
+            state["staged"] = None
         elif state.get("staged"):
             staged = state["staged"]
             if state.get("fail_next_boot") or images.get(staged["digest"], {}).get("boot_fails"):
@@ -215,7 +254,7 @@ class SimulatedHost:
                 "pinned": False,
                 "softRebootCapable": bool(meta.get("soft_reboot_capable"))
                 and slot is state["staged"],
-                "downloadOnly": False,
+                "downloadOnly": bool(slot.get("locked")) and slot is state["staged"],
                 "store": "ostreeContainer",
                 "ostree": {
                     "stateroot": "default",
@@ -260,8 +299,17 @@ class SimulatedBootc:
     async def status(self) -> BootcHost:
         return bootc_host_from_object(self.sim.status_document())
 
-    async def stage(self, image: ImageRef, on_progress: ProgressCallback | None = None) -> None:
-        if not image.pinned:
+    async def stage(
+        self,
+        image: ImageRef,
+        on_progress: ProgressCallback | None = None,
+        *,
+        locked: bool = False,
+    ) -> None:
+        """Pull the layers not cached yet (pull_seconds/LAYERS each), then stage locked: this
+        bootc supports download-only, so `locked` needs nothing more. Cancelling the awaiting
+        task stops the pull; the layers fetched so far stay cached."""
+        if not image.pinned or image.digest is None:
             raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
         meta = self.sim._registry()["images"].get(image.digest)
         if meta is None or meta["name"] != image.name:
@@ -270,21 +318,59 @@ class SimulatedBootc:
                 f"OpenImage: reading manifest {image.digest} in {image.name}: manifest unknown",
                 kind="image-missing",
             )
-        total = 64 * 1024 * 1024 * (1 + len(meta["files"]))
-        for done in (total // 4, total // 2, total):
-            await asyncio.sleep(float(meta.get("pull_seconds", 0)) / 3)
-            if on_progress:
-                on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling"))
+        staged = self.sim._state()["staged"]
+        if staged is not None and staged["digest"] == image.digest:
+            return
+        await self._pull(image.digest, meta, on_progress)
         state = self.sim._state()
         if state["booted"]["digest"] == image.digest:
             state["staged"] = None  # switching to the booted image drops a staged one
         else:
-            state["staged"] = {"ref": str(image), "digest": image.digest}
+            state["staged"] = {"ref": str(image), "digest": image.digest, "locked": True}
         write_json(self.sim._state_path, state)
         self.sim.log_action("bootc", f"switch --transport registry {image}")
 
+    async def _pull(
+        self, digest: str, meta: dict[str, Any], on_progress: ProgressCallback | None
+    ) -> None:
+        total = 64 * 1024 * 1024 * (1 + len(meta["files"]))
+        cached = self.sim.cached_layers(digest)
+        missing = [layer for layer in range(1, LAYERS + 1) if layer not in cached]
+        seconds = float(meta.get("pull_seconds", 0)) / LAYERS
+        if on_progress and not missing:  # all cached: one report that it is complete
+            on_progress(Progress(done_bytes=total, total_bytes=total, step="pulling"))
+        for layer in missing:
+            if self.sim._state().get("disk_full"):
+                raise HostError(
+                    f"error: Switching: Pulling: Importing: Unpacking {digest} layer "
+                    f"{layer}/{LAYERS}: writing object: No space left on device (os error 28)",
+                    kind="disk-space",
+                )
+            await asyncio.sleep(seconds)
+            self.sim._cache_layer(digest, layer)
+            self.sim.log_action("pull", f"{digest}  layer {layer}/{LAYERS}")
+            cached.add(layer)
+            if on_progress:
+                done = total * len(cached) // LAYERS
+                on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling"))
+
+    async def cancel_stage(self) -> None:
+        """Nothing runs in the background here: a pull is stopped by cancelling the task that
+        awaits stage(), and the layer cache keeps what it fetched."""
+
     async def unlock_staged(self, *, soft: bool = False) -> bool:
-        return False  # the simulated host stages unlocked
+        """`bootc upgrade --from-downloaded`: the next boot applies the staged deployment.
+        Returns whether it was locked (a soft reboot needs no preparing here)."""
+        state = self.sim._state()
+        staged = state["staged"]
+        if staged is None:
+            raise HostError("error: Upgrading: No staged deployment found", kind="no-staged")
+        if not staged.get("locked"):
+            return False
+        staged["locked"] = False
+        write_json(self.sim._state_path, state)
+        self.sim.log_action("bootc", "upgrade --from-downloaded")
+        return True
 
     async def rollback(self) -> None:
         state = self.sim._state()

@@ -14,6 +14,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from dbus_fast import BusType, Message, MessageType, Variant
@@ -46,6 +47,17 @@ _NO_PROPERTY = (
 )
 # Jobs whose JobRemoved arrived before the caller looked: kept briefly, bounded.
 _MAX_EARLY_JOBS = 256
+# The D-Bus signature of unit properties callers may pass as plain Python values (modules
+# that stay free of D-Bus, e.g. bootc.py's STAGE_PRIORITY, cannot build Variants).
+PLAIN_PROPERTY_SIGNATURES: Mapping[str, str] = MappingProxyType({
+    "Type": "s",
+    "Slice": "s",
+    "Nice": "i",
+    "IOSchedulingClass": "i",
+    "IOSchedulingPriority": "i",
+    "CPUWeight": "t",
+    "IOWeight": "t",
+})  # fmt: skip
 
 
 class DBusCallError(HostError):
@@ -54,6 +66,28 @@ class DBusCallError(HostError):
     def __init__(self, name: str, message: str) -> None:
         self.name = name
         super().__init__(f"{name}: {message}", kind="systemd")
+
+
+def as_variant(name: str, value: Any) -> Variant:
+    """A unit property as systemd takes it: a Variant as given, a plain value of a known
+    property wrapped in its D-Bus type; anything else is the caller's error (a wrong type
+    would otherwise fail deep in marshalling, or be rejected by systemd with less context)."""
+    if isinstance(value, Variant):
+        return value
+    signature = PLAIN_PROPERTY_SIGNATURES.get(name)
+    if signature is None:
+        known = ", ".join(sorted(PLAIN_PROPERTY_SIGNATURES))
+        raise HostError(
+            f"unit property {name}={value!r}: pass a dbus_fast Variant (plain values only "
+            f"for {known})",
+            kind="input",
+        )
+    if isinstance(value, bool) and signature != "b":  # bool is an int to Python, not to us
+        raise HostError(f"unit property {name}: {value!r} is not a number", kind="input")
+    try:
+        return Variant(signature, value)
+    except (ValueError, TypeError) as exc:  # out of range / not the type (dbus-fast's words)
+        raise HostError(f"unit property {name}={value!r}: {exc}", kind="input") from None
 
 
 class ShutdownInhibitor:
@@ -321,13 +355,14 @@ class Systemd:
         name: str,
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
-        properties: Mapping[str, Variant] | None = None,
+        properties: Mapping[str, Any] | None = None,
         description: str = "",
     ) -> str:
         """Start `argv` as transient service `name`; returns the start job's result. Type=exec:
         the job ends once the command runs; RemainAfterExit: the result stays readable after the
         process ends (an adopting agent reads it), until `clear_unit`. Mode "fail": a second
-        start of a unit that exists is an error, never a second process."""
+        start of a unit that exists is an error, never a second process. `properties`: Variants,
+        or plain values for the names in PLAIN_PROPERTY_SIGNATURES."""
         exe = argv[0] if argv[0].startswith("/") else shutil.which(argv[0])
         if not exe:
             raise HostError(f"cannot start {name}: {argv[0]} not found", kind="systemd")
@@ -339,7 +374,7 @@ class Systemd:
         }
         if env:
             props["Environment"] = Variant("as", [f"{k}={v}" for k, v in env.items()])
-        props.update(properties or {})
+        props.update({key: as_variant(key, value) for key, value in (properties or {}).items()})
         try:
             (job,) = await self._manager(
                 "StartTransientUnit", "ssa(sv)a(sa(sv))",

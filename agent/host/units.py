@@ -115,7 +115,12 @@ async def run_process(
 
 class ProcessUnitRunner:
     """The unit runner for hosts without a reachable systemd (tests, some containers): plain
-    child processes, keyed by unit name on this instance. Nothing survives the agent here."""
+    child processes, keyed by unit name on this instance. Nothing survives the agent here.
+
+    Of the unit `properties` only `Nice` has an effect: it is applied to the started process
+    group right after the spawn, best effort (a child forked in that instant may keep the
+    agent's priority). The rest (I/O class, CPU and I/O weights, ...) need systemd and are
+    ignored."""
 
     def __init__(self, command_prefix: Sequence[str] = ()) -> None:
         self._prefix = list(command_prefix)
@@ -143,6 +148,7 @@ class ProcessUnitRunner:
             start_new_session=True,  # its own group, so stop_unit can end all of it
         )
         self._procs[name] = (proc, description)
+        _renice(proc.pid, (properties or {}).get("Nice"))
         return "done"
 
     async def unit_state(self, name: str) -> UnitState:
@@ -192,3 +198,13 @@ class ProcessUnitRunner:
 
     async def clear_unit(self, name: str) -> None:
         await self.stop_unit(name)
+
+
+def _renice(pgid: int, nice: Any) -> None:
+    """Best effort: a plain integer `Nice` for the whole process group (the group, so that a
+    command the wrapper already forked is covered too); a D-Bus Variant carries `.value`."""
+    value = getattr(nice, "value", nice)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return
+    with contextlib.suppress(OSError):  # gone already, or a higher priority than we may set
+        os.setpriority(os.PRIO_PGRP, pgid, value)

@@ -37,7 +37,16 @@ class Metrics:
                                  registry=r)  # fmt: skip
         self.api_requests = Gauge("image_mode_agent_api_requests", "Kubernetes API requests "
                                   "made, by kind", ["kind"], registry=r)  # fmt: skip
+        self.prestage_state = Gauge("image_mode_agent_prestage_state", "1 for the pool "
+                                    "pre-stage's state (waiting, staging, staged, failed, "
+                                    "stopped, none)", ["state"], registry=r)  # fmt: skip
+        self.prestage_bytes = Gauge("image_mode_agent_prestage_bytes", "Pool pre-stage "
+                                    "progress", ["kind"], registry=r)  # fmt: skip
+        self.prestage_failures = Counter("image_mode_agent_prestage_failures", "Pool "
+                                         "pre-stages that failed, by error kind", ["kind"],
+                                         registry=r)  # fmt: skip
         self._last_state: tuple[str, str] | None = None
+        self._prestage: str | None = None
         self._phase: str | None = None
 
     def record_state(self, state: str, reason: str) -> None:
@@ -56,6 +65,14 @@ class Metrics:
             self.phase.labels(self._phase).set(0)
         self.phase.labels(phase).set(1)
         self._phase = phase
+
+    def record_prestage(self, state: str) -> None:
+        if state == self._prestage:
+            return
+        if self._prestage is not None:
+            self.prestage_state.labels(self._prestage).set(0)
+        self.prestage_state.labels(state).set(1)
+        self._prestage = state
 
     def record_progress(self, progress: Progress) -> None:
         self.staging_bytes.labels("done").set(progress.done_bytes)

@@ -72,13 +72,17 @@ class MccCluster:
     nodes: dict[str, NodeHost] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
     mcn_rows: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)
+    agent_args: list[str] = field(default_factory=list)  # added to every agent's command
+    logs: bool = False  # each agent's info log into BASE/logs/NODE.log (JSON lines)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    async def create(cls, kit: Path, base: Path, workers: int = 1) -> MccCluster:
+    async def create(cls, kit: Path, base: Path, workers: int = 1, *,
+                     agent_args: list[str] | None = None,
+                     logs: bool = False) -> MccCluster:  # fmt: skip
         cluster = KitCluster(kit, base / "cluster")
         await cluster.up()
-        mcc = cls(cluster, base)
+        mcc = cls(cluster, base, agent_args=list(agent_args or []), logs=logs)
         try:
             await mcc._prepare(workers)
         except BaseException:
@@ -116,21 +120,61 @@ class MccCluster:
         for node in self.nodes.values():
             node.task = asyncio.create_task(self._supervise(node))
 
+    async def stop_agents(self) -> None:
+        """Stop every agent (SIGTERM, as systemd stops a service) and its supervisor."""
+        for node in self.nodes.values():
+            if node.task is not None:
+                node.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await node.task
+                node.task = None
+            if node.proc is not None and node.proc.returncode is None:
+                node.proc.terminate()
+                try:
+                    await asyncio.wait_for(node.proc.wait(), 10)
+                except TimeoutError:
+                    node.proc.kill()
+                    await node.proc.wait()
+
     async def _supervise(self, node: NodeHost) -> None:
         """Run the agent; after a simulated reboot (exit 3) start it again, as systemd would."""
         while True:
             node.starts += 1
-            node.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agent", "--log-level", "warning", "run",
-                "--source", "kube", "--host", f"simulated:{node.sim.base}", "--listen", "",
-                "--kubeconfig", str(self.base / "sa.kubeconfig"),
-                "--node-kubeconfig", str(self.cluster.node_kubeconfig(node.name)),
-                "--node-name", node.name,
-            )  # fmt: skip
-            rc = await node.proc.wait()
+            log = None
+            if self.logs:
+                (self.base / "logs").mkdir(exist_ok=True)
+                log = open(self.log_path(node.name), "ab")  # noqa: SIM115 (closed below)
+            try:
+                node.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "agent", "--log-level", "info" if log else "warning",
+                    "run", "--source", "kube", "--host", f"simulated:{node.sim.base}",
+                    "--listen", "", "--kubeconfig", str(self.base / "sa.kubeconfig"),
+                    "--node-kubeconfig", str(self.cluster.node_kubeconfig(node.name)),
+                    "--node-name", node.name, *self.agent_args, stderr=log,
+                )  # fmt: skip
+                rc = await node.proc.wait()
+            finally:
+                if log is not None:
+                    log.close()
             if rc != 3:
                 node.bad_exits.append(rc)
                 return
+
+    def log_path(self, node: str) -> Path:
+        return self.base / "logs" / f"{node}.log"
+
+    def api_requests(self, node: str) -> list[dict[str, int]]:
+        """What each finished agent process asked of the API server (its exit line), in
+        order; needs `logs`."""
+        lives = []
+        path = self.log_path(node)
+        for line in path.read_text().splitlines() if path.exists() else []:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("event") == "api requests":
+                    lives.append({k: int(entry[k]) for k in ("reads", "writes", "node_reads",
+                                                             "node_writes")})  # fmt: skip
+        return lives
 
     # -- observing ------------------------------------------------------------------------------
     async def _row(self, mcn: dict[str, Any]) -> None:
@@ -296,18 +340,7 @@ class MccCluster:
         await self.cluster.call("DELETE", path)
 
     async def close(self) -> None:
-        for node in self.nodes.values():
-            if node.task is not None:
-                node.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await node.task
-            if node.proc is not None and node.proc.returncode is None:
-                node.proc.terminate()
-                try:
-                    await asyncio.wait_for(node.proc.wait(), 10)
-                except TimeoutError:
-                    node.proc.kill()
-                    await node.proc.wait()
+        await self.stop_agents()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -315,10 +348,11 @@ class MccCluster:
 
 
 @contextlib.asynccontextmanager
-async def bootstrapped(kit: Path, base: Path, workers: int = 1):
+async def bootstrapped(kit: Path, base: Path, workers: int = 1, **options: Any):
     """A cluster whose agents run and whose pool is Updated at its first rendered config:
-    yields (the cluster, that config), and stops everything afterwards."""
-    mcc = await MccCluster.create(kit, base, workers)
+    yields (the cluster, that config), and stops everything afterwards. `options`: those of
+    `MccCluster.create` (agent_args, logs)."""
+    mcc = await MccCluster.create(kit, base, workers, **options)
     try:
         mcc.start_agents()
         yield mcc, await mcc.wait_updated(mcc.bootstrap_config)

@@ -1,0 +1,266 @@
+"""Pool-wide pre-staging: follow the Node's pool and the rendered config it moves to, and stage
+that image locked in the background before the controller picks this node.
+
+One pool (found by the controller's rule, `pool.py`) and one rendered config are watched; no
+other Node is. The Node itself is never written: state, cordon and annotations stay as they are,
+so the controller does not count the node unavailable. A failed pre-stage is retried with
+backoff and reported (Event, metric), never Degraded; a full disk stops it until the target
+changes. The update loop pauses the pre-stager while it acts (`paused()`), so a node whose turn
+comes while it still waits out its jitter starts at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
+
+from agent.cluster import annotations as A
+from agent.cluster.events import EventRecorder
+from agent.cluster.kube import MACHINECONFIGS, TRANSIENT, Kube, KubeError
+from agent.cluster.pool import MACHINECONFIGPOOLS, PoolError, primary_pool
+from agent.cluster.prestage import Act, decide, pool_target
+from agent.cluster.watch import ObjectWatch
+from agent.desired import Desired
+from agent.engine import Engine
+from agent.errors import HostError, InputError
+from agent.host.ports import Progress
+from agent.observe.metrics import Metrics
+
+_NO_RETRY = frozenset({"disk-space", "unsupported", "input"})
+
+
+@dataclass(frozen=True)
+class PrestageOptions:
+    mode: str = "pool"  # "pool" or "off"
+    jitter: float = 60.0  # the start is delayed by up to this many seconds (registry load)
+    retry_initial: float = 10.0
+    retry_max: float = 600.0
+    repick: float = 600.0  # seconds between re-listing the pools (a new custom pool)
+
+
+class Prestager:
+    def __init__(
+        self,
+        api: Kube,
+        node: ObjectWatch,
+        engine: Engine,
+        events: EventRecorder,
+        metrics: Metrics,
+        desired_of: Callable[[dict[str, Any]], Desired],
+        options: PrestageOptions,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api, self.node, self.engine = api, node, engine
+        self.events, self.metrics, self.options = events, metrics, options
+        self.desired_of = desired_of
+        self.rng = rng or random.Random()
+        self.wakeup = asyncio.Event()
+        self.pool: ObjectWatch | None = None
+        self.rendered: ObjectWatch | None = None
+        self._watch_tasks: dict[str, asyncio.Task[None]] = {}
+        self._labels: dict[str, str] | None = None
+        self._picked_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._task_key: str | None = None  # the Desired.key the task pre-stages
+        self._stopped_key: str | None = None  # a pre-stage stopped for good (full disk)
+        self._paused = 0
+        self.log = structlog.get_logger("prestage").bind(node=node.name)
+
+    def poke(self) -> None:
+        self.wakeup.set()
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """While the update loop acts: no pre-stage runs or starts. A running stage is left
+        to the update (it adopts the stage unit of the same image, or replaces it)."""
+        self._paused += 1
+        try:
+            await self._cancel_task()
+            yield
+        finally:
+            self._paused -= 1
+            self.poke()
+
+    # -- the loop --------------------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            while True:
+                self.wakeup.clear()
+                if not self._paused:
+                    try:
+                        await self._step()
+                    except (KubeError, *TRANSIENT) as exc:
+                        self.log.warning("pre-stage check failed; retrying", error=str(exc))
+                        await asyncio.sleep(self.options.retry_initial)
+                        continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.options.repick):
+                        await self.wakeup.wait()
+        finally:
+            await self._cancel_task()
+            for task in self._watch_tasks.values():
+                task.cancel()
+            await asyncio.gather(*self._watch_tasks.values(), return_exceptions=True)
+
+    async def _step(self) -> None:
+        if self.node.obj is None:
+            return
+        pool = await self._pool()
+        target = pool_target(pool.obj if pool is not None else None)
+        node = A.NodeView.of(self.node.obj)
+        decision = decide(node, target, journal_idle=self._journal_idle())
+        match decision.act:
+            case Act.HANDOVER | Act.WAIT:
+                if decision.act == Act.HANDOVER:
+                    await self._cancel_task()
+            case Act.DROP:
+                await self._cancel_task()
+                self._stopped_key = None
+                if self.engine.prestaged() is not None:
+                    await self.engine.drop_prestage()
+                    self._set_state("none")
+            case Act.STAGE:
+                assert decision.target is not None
+                await self._stage_target(decision.target)
+
+    def _journal_idle(self) -> bool:
+        return str(self.engine.journal.load().phase) == "idle"
+
+    async def _stage_target(self, name: str) -> None:
+        rendered = self._follow("rendered", MACHINECONFIGS, name)
+        await rendered.synced.wait()
+        if rendered.obj is None:
+            return  # not rendered yet: its watch wakes us
+        try:
+            desired = self.desired_of(rendered.obj)
+        except InputError as exc:
+            self.log.warning("pool target not usable; not pre-staged", config=name, error=str(exc))
+            return
+        if desired.key in (self._task_key, self._stopped_key):
+            return  # running, done, or stopped for good
+        await self._cancel_task()
+        self._task_key = desired.key
+        self._task = asyncio.create_task(self._prestage(name, desired))
+
+    async def _cancel_task(self) -> None:
+        task, self._task, self._task_key = self._task, None, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- which pool ------------------------------------------------------------------------
+    async def _pool(self) -> ObjectWatch | None:
+        """The pool watch, re-picked when the Node's labels change, the pool is gone, or
+        `repick` seconds passed (a custom pool created since)."""
+        labels = dict(((self.node.obj or {}).get("metadata") or {}).get("labels") or {})
+        now = asyncio.get_running_loop().time()
+        gone = self.pool is not None and self.pool.missing
+        if labels == self._labels and not gone and now - self._picked_at < self.options.repick:
+            return self.pool
+        self._labels, self._picked_at = labels, now
+        listing = await self.api.get(MACHINECONFIGPOOLS)
+        try:
+            name = primary_pool(self.node.name, labels, listing.get("items") or [])
+        except PoolError as exc:
+            await self.events.emit("PrestageSkipped", f"{exc}; pre-staging is off until this "
+                                   "is fixed", warning=True)  # fmt: skip
+            self.log.warning("no pool to pre-stage for", error=str(exc))
+            name = None
+        if name is None:
+            self._unfollow("pool")
+            self.pool = None
+            return None
+        if self.pool is None or self.pool.name != name:
+            self.log.info("following pool", pool=name)
+            self.pool = self._follow("pool", MACHINECONFIGPOOLS, name)
+        await self.pool.synced.wait()
+        return self.pool
+
+    def _follow(self, slot: str, collection: str, name: str) -> ObjectWatch:
+        current = self.pool if slot == "pool" else self.rendered
+        if current is not None and current.name == name:
+            return current
+        self._unfollow(slot)
+        watch = ObjectWatch(self.api, collection, name, on_change=self.poke)
+        self._watch_tasks[slot] = asyncio.create_task(watch.run())
+        if slot == "pool":
+            self.pool = watch
+        else:
+            self.rendered = watch
+        return watch
+
+    def _unfollow(self, slot: str) -> None:
+        task = self._watch_tasks.pop(slot, None)
+        if task is not None:
+            task.cancel()
+
+    # -- one pre-stage ---------------------------------------------------------------------
+    async def _prestage(self, name: str, desired: Desired) -> None:
+        target = str(desired.target)
+        resumed = self.engine.prestaged() == target  # started before a restart: no new jitter
+        delay = 0.0 if resumed else self.rng.uniform(0.0, max(0.0, self.options.jitter))
+        self._set_state("waiting")
+        self.log.info("pre-stage planned", config=name, image=target, delay=round(delay, 1))
+        await asyncio.sleep(delay)
+
+        def retryable(exc: BaseException) -> bool:
+            return isinstance(exc, HostError) and exc.kind not in _NO_RETRY
+
+        async def report_failure(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            await self._failed(name, target, exc, retrying=True)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(retryable),
+            wait=wait_exponential_jitter(self.options.retry_initial, self.options.retry_max),
+            before_sleep=report_failure,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    self._set_state("staging")
+                    result = await self.engine.prestage(desired, self._on_progress)
+        except HostError as exc:
+            self._stopped_key = desired.key
+            await self._failed(name, target, exc, retrying=False)
+            return
+        if result.startswith("skipped"):
+            self.log.info("not pre-staged", config=name, why=result)
+            self._set_state("none")
+            return
+        self._set_state("staged")
+        self.log.info("pre-staged", config=name, image=target, result=result)
+        await self.events.emit("OSImagePrestaged", f"Pool target {name}: OS image {target} "
+                               "staged locked; it is applied only when this node's turn "
+                               "comes")  # fmt: skip
+
+    async def _failed(self, name: str, target: str, exc: BaseException | None,
+                      retrying: bool) -> None:  # fmt: skip
+        kind = getattr(exc, "kind", "other")
+        self.metrics.prestage_failures.labels(kind).inc()
+        self._set_state("failed" if retrying else "stopped")
+        if kind == "disk-space":
+            text = (f"Pre-staging {target} for pool target {name} stopped: out of disk space "
+                    f"({exc}); the image is pulled when this node's turn comes")  # fmt: skip
+        elif retrying:
+            text = f"Pre-staging {target} for pool target {name} failed ({kind}): {exc}; retrying"
+        else:
+            text = f"Pre-staging {target} for pool target {name} stopped ({kind}): {exc}"
+        self.log.warning("pre-stage failed", config=name, kind=kind, error=str(exc),
+                         retrying=retrying)  # fmt: skip
+        await self.events.emit("OSImagePrestageFailed", text, warning=True)
+
+    def _on_progress(self, progress: Progress) -> None:
+        self.metrics.prestage_bytes.labels("done").set(progress.done_bytes)
+        self.metrics.prestage_bytes.labels("total").set(progress.total_bytes)
+
+    def _set_state(self, state: str) -> None:
+        self.metrics.record_prestage(state)

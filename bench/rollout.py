@@ -1,0 +1,152 @@
+"""Benchmark: a pool's OS image rollout on the real machine-config-controller, with pool-wide
+pre-staging (`--prestage pool`) and without it (`--prestage off`), in one run.
+
+    IMAGE_MODE_AGENT_KIT=../shared/kit python bench/rollout.py [--nodes 6] [--pull 20 ...]
+
+For each pull time P and each mode, a fresh kit cluster (kube-apiserver, etcd, the
+machine-config-controller) with N worker Nodes, one simulated host and one real agent process
+per Node (restarted after each simulated reboot, as systemd would), pool `maxUnavailable: 1`.
+Each host's pull of the new image takes P seconds. Once the pool is Updated at its first config,
+the agents are restarted (fresh request counters), then a MachineConfig changes osImageURL; the
+figure is the seconds from that MachineConfig to the pool Updated at the new rendered config.
+
+Printed per run: the rollout's seconds, each Node's unavailable window (desiredConfig set →
+Done, as the controller counts it), the per-node time (median seconds between successive Nodes'
+Done), the layers each host pulled, the most Nodes unavailable at once, and the API requests each
+agent made (reads and writes, summed over its process lives from the restart to the end). Then
+the ratio off/pool and the issue's two targets: ratio >= 1.7 at N=6, P=20, and the pre-staged
+rollout <= P + N x (its own per-node time: those Nodes pulled nothing at their turn) + 15 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.conformance.kit import KitMissing, locate_kit, unpack
+from tests.conformance.mcc import P, bootstrapped, machine_config
+from tests.simhost import IMAGE
+
+
+@dataclass
+class Run:
+    pull: float
+    mode: str
+    seconds: float
+    windows: dict[str, float]
+    cadence: list[float]  # seconds between successive Nodes' Done, in rollout order
+    pulls: dict[str, int]
+    most_unavailable: int
+    requests: dict[str, tuple[int, int]]  # node -> (reads, writes)
+
+
+def progress(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+async def one_rollout(kit: Path, base: Path, nodes: int, pull: float, mode: str,
+                      jitter: float) -> Run:  # fmt: skip
+    args = ["--prestage", mode, "--prestage-jitter", str(jitter)]
+    async with bootstrapped(kit, base, nodes, agent_args=args, logs=True) as (mcc, first):
+        image = ""
+        for node in mcc.nodes.values():  # the same manifest on every host: the same digest
+            files = {"usr/lib/app/healthy": "yes"}
+            image = node.sim.add_image(f"{IMAGE}:bench-p{pull:g}", files, pull_seconds=pull)
+        digest = image.split("@")[1]
+        await mcc.stop_agents()  # fresh processes: their request counts start at the rollout
+        lives_before = {name: len(mcc.api_requests(name)) for name in mcc.nodes}
+        mcc.start_agents()
+        await asyncio.sleep(3.0)  # the agents list, watch and find nothing to do
+        progress(f"P={pull:g} s, --prestage {mode}: osImageURL changes")
+        started = await mcc.apply(machine_config("99-worker-bench-os", os_image=image))
+        target = await mcc.wait_new_rendered(first)
+        await mcc.wait_updated(target, timeout=nodes * (pull + 90) + 120)
+        seconds = time.monotonic() - started
+        progress(f"P={pull:g} s, --prestage {mode}: pool Updated after {seconds:.1f} s")
+        windows = {name: mcc.agent_share(name, target, started) for name in mcc.nodes}
+        done = sorted(mcc.first(name, lambda a: a.get(P + "currentConfig") == target
+                                and a.get(P + "state") == "Done", started) or 0.0
+                      for name in mcc.nodes)  # fmt: skip
+        cadence = [b - a for a, b in itertools.pairwise(done)]
+        most = mcc.most_unavailable(started)
+        await mcc.stop_agents()  # their exit lines carry the last counts
+        requests = {}
+        for name in mcc.nodes:
+            lives = mcc.api_requests(name)[lives_before[name] :]
+            reads = sum(life["reads"] + life["node_reads"] for life in lives)
+            writes = sum(life["writes"] + life["node_writes"] for life in lives)
+            requests[name] = (reads, writes)
+        pulls = {
+            name: sum(
+                1 for a in node.sim.actions() if a["kind"] == "pull" and digest in a["detail"]
+            )
+            for name, node in mcc.nodes.items()
+        }
+        return Run(pull, mode, seconds, windows, cadence, pulls, most, requests)
+
+
+def report(run: Run) -> None:
+    windows = sorted(run.windows.values())
+    reads = [r for r, _ in run.requests.values()]
+    writes = [w for _, w in run.requests.values()]
+    print(f"P={run.pull:g} s  --prestage {run.mode:<4}  rollout {run.seconds:6.1f} s  "
+          f"windows median {statistics.median(windows):5.1f} s (min {windows[0]:.1f}, "
+          f"max {windows[-1]:.1f})  per node {statistics.median(run.cadence):5.1f} s  "
+          f"most unavailable {run.most_unavailable}  "
+          f"layers pulled per host {sorted(set(run.pulls.values()))}  "
+          f"API per agent: reads {min(reads)}-{max(reads)}, "
+          f"writes {min(writes)}-{max(writes)}")  # fmt: skip
+
+
+async def main(nodes: int, pulls: list[float], jitter: float) -> int:
+    try:
+        kit = locate_kit()
+        unpack(kit)
+    except KitMissing as exc:
+        print(f"rollout: not run: {exc}", file=sys.stderr)
+        return 2
+    failed = False
+    for pull in pulls:
+        runs = {}
+        for mode in ("pool", "off"):
+            base = Path(tempfile.mkdtemp(prefix=f"bench-rollout-{mode}-"))
+            runs[mode] = await one_rollout(kit, base, nodes, pull, mode, jitter)
+            report(runs[mode])
+        pool, off = runs["pool"], runs["off"]
+        ratio = off.seconds / pool.seconds
+        # The pool rollout's Nodes after the first found the image staged: their cadence is
+        # the per-node time with no pull.
+        bound = pull + nodes * statistics.median(pool.cadence) + 15
+        print(f"P={pull:g} s  N={nodes}  off/pool = {off.seconds:.1f}/{pool.seconds:.1f} = "
+              f"{ratio:.2f}  pool {pool.seconds:.1f} s vs bound P + N x per-node time + 15 = "
+              f"{bound:.1f} s")  # fmt: skip
+        if nodes == 6 and pull == 20:
+            ok = ratio >= 1.7 and pool.seconds <= bound
+            print(
+                f"targets (N=6, P=20: ratio >= 1.7, within the bound): {'met' if ok else 'MISSED'}"
+            )
+            failed = failed or not ok
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=6)
+    parser.add_argument("--pull", type=float, action="append",
+                        help="seconds each host's pull takes (repeatable; default 20)")  # fmt: skip
+    parser.add_argument("--jitter", type=float, default=10.0,
+                        help="--prestage-jitter of the agents (seconds)")  # fmt: skip
+    options = parser.parse_args()
+    os.environ.setdefault("IMAGE_MODE_AGENT_KIT", str(Path(__file__).resolve().parents[2]
+                                                      / "shared/kit"))  # fmt: skip
+    sys.exit(asyncio.run(main(options.nodes, options.pull or [20.0], options.jitter)))

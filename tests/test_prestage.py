@@ -1,0 +1,409 @@
+"""Pool-wide pre-staging: the pure decision, the engine's locked pre-stage, and the real agent
+process following its pool on the loopback API server with a simulated host (the real
+machine-config-controller rollout is in tests/conformance/test_mcc.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.cluster.annotations import NodeView
+from agent.cluster.prestage import Act, decide, pool_target
+from agent.engine import DONE
+from agent.journal import Journal
+from tests.clusterkit import Cluster, P
+from tests.simhost import World
+
+WORKER = {"node-role.kubernetes.io/worker": ""}
+KEYS = ["ssh-ed25519 AAAA-one"]  # rendered-worker-1's keys: an image-only change
+
+
+# -- the decision (pure) ---------------------------------------------------------------------
+def view(current: str | None, desired: str | None, state: str = "Done") -> NodeView:
+    annotations = {P + "currentConfig": current, P + "desiredConfig": desired, P + "state": state}
+    return NodeView("n", {k: v for k, v in annotations.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    ("node", "target", "idle", "act"),
+    [
+        (view("r1", "r1"), "r2", True, Act.STAGE),
+        (view("r1", "r1"), None, True, Act.DROP),  # the pool names nothing
+        (view("r1", "r1"), "r1", True, Act.DROP),  # nothing ahead of the node
+        (view("r1", "r2", "Working"), "r2", True, Act.HANDOVER),  # its turn came
+        (view("r1", "r2"), "r2", True, Act.HANDOVER),  # its turn, before Working is written
+        (view("r1", "r2", "Degraded"), "r3", True, Act.WAIT),  # failing: start nothing
+        (view("r1", "r1", "Degraded"), "r2", True, Act.WAIT),
+        (view("r1", "r1"), "r2", False, Act.WAIT),  # the journal is mid-update
+        (view(None, None), "r2", True, Act.WAIT),  # not bootstrapped yet
+    ],
+)
+def test_decide(node: NodeView, target: str | None, idle: bool, act: Act) -> None:
+    decision = decide(node, target, journal_idle=idle)
+    assert decision.act == act, decision.reason
+    assert (decision.target == target) if act == Act.STAGE else decision.target is None
+
+
+def test_pool_target() -> None:
+    assert pool_target({"spec": {"configuration": {"name": "rendered-worker-9"}}}) == (
+        "rendered-worker-9"
+    )
+    assert pool_target({"spec": {}}) is None
+    assert pool_target(None) is None
+
+
+# -- the engine ------------------------------------------------------------------------------
+def pulls(sim, digest: str) -> int:
+    return sum(1 for a in sim.actions() if a["kind"] == "pull" and digest in a["detail"])
+
+
+async def test_engine_prestages_locked_and_the_update_pulls_nothing_more(tmp_path: Path) -> None:
+    world = World.create(tmp_path)
+    assert (await world.converge(world.desired("r1", "v1"))).state == DONE
+    ahead = world.desired("r2", "v2")
+    engine = world.engine()
+    assert await engine.prestage(ahead) == "staged"
+    staged = world.sim.status_document()["status"]["staged"]
+    assert staged["image"]["imageDigest"] == world.digest("v2") and staged["downloadOnly"]
+    assert engine.prestaged() == world.images["v2"]
+    assert await engine.prestage(ahead) == "already-staged"
+    assert pulls(world.sim, world.digest("v2")) == 3  # three layers, once
+    outcome = await world.converge(ahead)
+    assert (outcome.state, world.booted()) == (DONE, world.digest("v2"))
+    assert pulls(world.sim, world.digest("v2")) == 3  # the turn found it staged
+    assert world.reboots() == 1
+    assert world.engine().prestaged() is None  # the update consumed the pre-stage
+
+
+async def test_engine_prestage_skips_what_is_no_image_update(tmp_path: Path) -> None:
+    world = World.create(tmp_path)
+    await world.converge(world.desired("r1", "v1", keys=["k1"]))
+    engine = world.engine()
+    result = await engine.prestage(world.desired("r2", "v1", keys=["k2"]))
+    assert result.startswith("skipped") and "live" in result
+    assert world.sim.status_document()["status"]["staged"] is None
+    assert engine.prestaged() is None
+
+
+async def test_engine_prestage_never_runs_beside_an_update(tmp_path: Path) -> None:
+    world = World.create(tmp_path)
+    await world.converge(world.desired("r1", "v1"))
+    engine = world.engine()
+    assert (await engine.reconcile(world.desired("r2", "v2"))).state == "Rebooting"
+    result = await world.engine().prestage(world.desired("r3", "bad-check"))
+    assert result == "skipped: an update is in flight (phase rebooting)"
+
+
+async def test_engine_drops_a_prestage_no_longer_wanted(tmp_path: Path) -> None:
+    world = World.create(tmp_path)
+    await world.converge(world.desired("r1", "v1"))
+    engine = world.engine()
+    await engine.prestage(world.desired("r2", "v2"))
+    assert await engine.drop_prestage() is True
+    assert engine.prestaged() is None
+    assert await engine.drop_prestage() is False
+    # The locked deployment left behind is never booted by an ordinary reboot.
+    await world.sim.host(lambda path: True).system.reboot()
+    assert world.sim.boot()
+    assert world.booted() == world.digest("v1")
+    assert world.sim.status_document()["status"]["staged"] is None
+
+
+# -- the agent process -------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pool(name: str, target: str, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigPool",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": selector},
+                 "configuration": {"name": target}, "maxUnavailable": 1},
+    }  # fmt: skip
+
+
+class Pools:
+    """The cluster plus the pool objects and the agent's metrics."""
+
+    def __init__(self, cluster: Cluster, labels: dict[str, str]) -> None:
+        self.c = cluster
+        node = cluster.kube.get("Node", cluster.node)
+        node["metadata"]["labels"] = labels
+        cluster.kube.put(node)
+        self.port = free_port()
+
+    def set_pool(self, name: str, target: str, selector: dict[str, str] = WORKER) -> None:
+        self.c.kube.put(pool(name, target, selector))
+
+    async def start(self, *extra: str) -> asyncio.subprocess.Process:
+        return await self.c.start_agent("--listen", f"127.0.0.1:{self.port}",
+                                        "--prestage-jitter", "0", "--prestage-retry", "0.3",
+                                        *extra)  # fmt: skip
+
+    async def metric(self, line_prefix: str) -> float:
+        def scrape() -> str:
+            url = f"http://127.0.0.1:{self.port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.read().decode()
+
+        for line in (await asyncio.to_thread(scrape)).splitlines():
+            if line.startswith(line_prefix + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    async def wait_metric(self, line_prefix: str, at_least: float, timeout: float = 20) -> None:
+        async with asyncio.timeout(timeout):
+            while True:
+                try:
+                    if await self.metric(line_prefix) >= at_least:
+                        return
+                except OSError:
+                    pass  # endpoints not up yet
+                await asyncio.sleep(0.1)
+
+    def staged(self) -> dict[str, Any] | None:
+        return self.c.sim.status_document()["status"]["staged"]
+
+    def staged_digest(self) -> str | None:
+        return ((self.staged() or {}).get("image") or {}).get("imageDigest")
+
+    async def wait_staged(self, image: str, timeout: float = 20) -> None:
+        digest = self.c.images[image].split("@")[1]
+        async with asyncio.timeout(timeout):
+            while self.staged_digest() != digest:
+                await asyncio.sleep(0.1)
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.c.kube.list("Event", namespace="default")
+                if e.get("reason") == reason]  # fmt: skip
+
+    def journal_prestage(self) -> str | None:
+        return Journal(self.c.sim.root / "var/lib/image-mode-agent/journal.json").load().prestage
+
+    def watched_pools(self) -> set[str]:
+        return {r.query.get("fieldSelector", "").removeprefix("metadata.name=")
+                for r in self.c.kube.requests
+                if r.verb == "watch" and r.resource == "machineconfigpools"}  # fmt: skip
+
+    def pulls(self, image: str) -> int:
+        return pulls(self.c.sim, self.c.images[image].split("@")[1])
+
+
+@pytest.fixture
+async def pools(tmp_path: Path):
+    cluster = await Cluster.create(tmp_path)
+    yield Pools(cluster, dict(WORKER))
+    await cluster.close()
+
+
+def untouched(annotations: dict[str, str], node: dict[str, Any]) -> None:
+    """What the controller reads to count the node unavailable did not change."""
+    assert annotations[P + "state"] == "Done"
+    assert annotations[P + "currentConfig"] == annotations[P + "desiredConfig"]
+    assert P + "desiredDrain" not in annotations
+    assert not node.get("spec", {}).get("unschedulable")
+
+
+async def test_pool_target_prestaged_then_the_turn_pulls_nothing(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "slow", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-1")
+    await pools.start()
+    await c.wait_done("rendered-worker-1")
+    await pools.wait_metric('image_mode_agent_phase{phase="idle"}', 1)  # its first pass ended
+    writes = c.node_writes()
+    pools.set_pool("worker", "rendered-worker-2")  # the pool moves; this node's turn is later
+    await pools.wait_staged("slow")
+    assert pools.staged()["downloadOnly"] is True  # an ordinary reboot would not apply it
+    await pools.wait_metric('image_mode_agent_prestage_state{state="staged"}', 1)
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+    assert c.node_writes() == writes  # the Node was not written at all
+    assert [e["type"] for e in pools.events("OSImagePrestaged")] == ["Normal"]
+    assert pools.journal_prestage() == c.images["slow"]
+    c.kube.enable_drain_controller()
+    c.set_desired("rendered-worker-2")
+    assert await asyncio.wait_for(c.procs[-1].wait(), 20) == 3  # drained, rebooting
+    await pools.start()
+    await c.wait_done("rendered-worker-2")
+    assert c.booted() == c.images["slow"].split("@")[1]
+    assert pools.pulls("slow") == 3 and c.reboots() == 1  # one pull, before the turn
+
+
+async def test_a_new_pool_target_replaces_the_prestage(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "slow", keys=KEYS)
+    c.add_config("rendered-worker-3", "v2", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-1")
+    await pools.start()
+    await c.wait_done("rendered-worker-1")
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.wait_metric('image_mode_agent_prestage_state{state="staging"}', 1)
+    pools.set_pool("worker", "rendered-worker-3")  # a newer target while the first pulls
+    await pools.wait_staged("v2")
+    await asyncio.sleep(2.0)  # the slow pull (4 s) would have landed by now if not replaced
+    assert pools.staged_digest() == c.images["v2"].split("@")[1]
+    assert pools.journal_prestage() == c.images["v2"]
+    assert pools.pulls("slow") < 3
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+
+
+async def test_killed_while_prestaging_resumes_without_refetching(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "slow", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-1")
+    proc = await pools.start()
+    await c.wait_done("rendered-worker-1")
+    pools.set_pool("worker", "rendered-worker-2")
+    async with asyncio.timeout(20):
+        while pools.pulls("slow") < 1:  # one layer fetched, two to go
+            await asyncio.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    assert pools.journal_prestage() == c.images["slow"]  # the intent was written first
+    # A huge jitter: a restart resumes its pre-stage at once instead of waiting again.
+    await c.start_agent("--listen", "", "--prestage-jitter", "100000")
+    await pools.wait_staged("slow")
+    assert pools.pulls("slow") == 3  # the layer fetched before the kill was kept
+
+
+async def test_killed_while_prestaging_then_target_withdrawn_is_cleaned(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "slow", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-1")
+    proc = await pools.start()
+    await c.wait_done("rendered-worker-1")
+    pools.set_pool("worker", "rendered-worker-2")
+    async with asyncio.timeout(20):
+        while pools.journal_prestage() is None:
+            await asyncio.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    pools.set_pool("worker", "rendered-worker-1")  # the rollout was withdrawn meanwhile
+    await pools.start()
+    async with asyncio.timeout(20):
+        while pools.journal_prestage() is not None:
+            await asyncio.sleep(0.1)
+    assert pools.staged() is None
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+
+
+async def test_failed_prestage_retries_and_never_makes_the_node_unavailable(
+    pools: Pools,
+) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "missing", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-1")
+    await pools.start()
+    await c.wait_done("rendered-worker-1")
+    await pools.wait_metric('image_mode_agent_phase{phase="idle"}', 1)  # its first pass ended
+    writes = c.node_writes()
+    pools.set_pool("worker", "rendered-worker-2")
+    failures = 'image_mode_agent_prestage_failures_total{kind="image-missing"}'
+    await pools.wait_metric(failures, 3)  # retried with backoff
+    (event,) = pools.events("OSImagePrestageFailed")
+    assert event["type"] == "Warning" and "image-missing" in event["message"]
+    assert "retrying" in event["message"]
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+    assert c.node_writes() == writes
+    assert pools.staged() is None
+
+
+async def test_out_of_space_stops_the_prestage_with_a_clear_event(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-1")
+    await pools.start()
+    await c.wait_done("rendered-worker-1")
+    c.sim.set_disk_full(True)
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.wait_metric('image_mode_agent_prestage_state{state="stopped"}', 1)
+    await asyncio.sleep(1.5)  # several retry periods: no retry
+    assert await pools.metric('image_mode_agent_prestage_failures_total{kind="disk-space"}') == 1
+    (event,) = pools.events("OSImagePrestageFailed")
+    assert "out of disk space" in event["message"] and event["type"] == "Warning"
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+
+
+async def test_jitter_never_delays_the_nodes_turn(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-1")
+    await c.start_agent("--listen", f"127.0.0.1:{pools.port}", "--prestage-jitter", "100000")
+    await c.wait_done("rendered-worker-1")
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.wait_metric('image_mode_agent_prestage_state{state="waiting"}', 1)
+    c.kube.enable_drain_controller()
+    c.set_desired("rendered-worker-2")  # the turn comes while the pre-stage waits
+    assert await asyncio.wait_for(c.procs[-1].wait(), 20) == 3
+    await c.start_agent("--listen", "")
+    await c.wait_done("rendered-worker-2")
+
+
+async def test_custom_pool_is_followed_not_worker(pools: Pools) -> None:
+    c = pools.c
+    node = c.kube.get("Node", c.node)
+    node["metadata"]["labels"] = {**WORKER, "node-role.kubernetes.io/infra": ""}
+    c.kube.put(node)
+    c.add_config("rendered-worker-2", "slow", keys=KEYS)
+    c.add_config("rendered-infra-2", "v2", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-2")
+    pools.set_pool("infra", "rendered-infra-2", {"node-role.kubernetes.io/infra": ""})
+    await pools.start()
+    await c.wait_done("rendered-worker-1")
+    await pools.wait_staged("v2")
+    assert pools.watched_pools() == {"infra"}
+    assert pools.pulls("slow") == 0
+
+
+async def test_two_custom_pools_mean_no_prestage_and_a_warning(pools: Pools) -> None:
+    c = pools.c
+    node = c.kube.get("Node", c.node)
+    node["metadata"]["labels"] = {**WORKER, "a": "", "b": ""}
+    c.kube.put(node)
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    for name in ("a", "b"):
+        pools.set_pool(name, "rendered-worker-2", {name: ""})
+    await pools.start()
+    await c.wait_done("rendered-worker-1")
+    async with asyncio.timeout(20):
+        while not pools.events("PrestageSkipped"):
+            await asyncio.sleep(0.1)
+    (event,) = pools.events("PrestageSkipped")
+    assert "2 custom pools (a, b)" in event["message"]
+    await asyncio.sleep(1.0)
+    assert pools.staged() is None
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+
+
+async def test_no_pool_no_prestage(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    pools.set_pool("master", "rendered-worker-2", {"node-role.kubernetes.io/master": ""})
+    await pools.start()
+    await c.wait_done("rendered-worker-1")
+    await asyncio.sleep(1.5)
+    assert pools.staged() is None
+    assert pools.watched_pools() == set()
+    assert c.procs[-1].returncode is None
+
+
+async def test_prestage_off_follows_no_pool(pools: Pools) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.start("--prestage", "off")
+    await c.wait_done("rendered-worker-1")
+    await asyncio.sleep(1.5)
+    assert pools.staged() is None
+    assert pools.watched_pools() == set()

@@ -1,0 +1,190 @@
+"""The simulated host's bootc: download-only (locked) staging as real bootc does it, a layer
+cache that survives a cancelled pull, an injectable full disk, and an already-staged image that
+is not staged again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main as cli_main
+from agent.errors import HostError
+from agent.host import bootc_errors
+from agent.host.ports import Progress
+from agent.host.simulated import LAYERS, SimulatedBootc, SimulatedHost
+from agent.model.imageref import ImageRef, parse_image_ref
+
+IMAGE = "quay.example/os/node"
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> SimulatedHost:
+    return SimulatedHost.create(tmp_path / "host", f"{IMAGE}:v1", {"usr/lib/v": "1"})
+
+
+def add(sim: SimulatedHost, tag: str, pull_seconds: float = 0.0) -> ImageRef:
+    pinned = sim.add_image(f"{IMAGE}:{tag}", {"usr/lib/v": tag}, pull_seconds=pull_seconds)
+    return parse_image_ref(pinned)
+
+
+def pulls(sim: SimulatedHost, image: ImageRef) -> list[str]:
+    return [
+        a["detail"] for a in sim.actions() if a["kind"] == "pull" and image.digest in a["detail"]
+    ]
+
+
+def switches(sim: SimulatedHost) -> list[str]:
+    return [a["detail"] for a in sim.actions() if a["kind"] == "bootc" and "switch" in a["detail"]]
+
+
+def slots(sim: SimulatedHost) -> dict[str, dict | None]:
+    status = sim.status_document()["status"]
+    return {slot: status[slot] for slot in ("booted", "staged", "rollback")}
+
+
+def digest_of(entry: dict | None) -> str | None:
+    return entry["image"]["imageDigest"] if entry else None
+
+
+async def reboot(sim: SimulatedHost) -> None:
+    await sim.host(lambda _path: True).system.reboot()
+    assert sim.boot()
+
+
+async def test_stage_is_locked_and_an_ordinary_reboot_discards_it(sim: SimulatedHost) -> None:
+    v1 = slots(sim)["booted"]
+    v2 = add(sim, "v2")
+    bootc = SimulatedBootc(sim)
+    boot_id = await sim.host(lambda _path: True).system.boot_id()
+    await bootc.stage(v2)
+    staged = slots(sim)["staged"]
+    assert digest_of(staged) == v2.digest and staged is not None and staged["downloadOnly"]
+    assert (await bootc.status()).staged.download_only  # type: ignore[union-attr]
+    await reboot(sim)
+    after = slots(sim)
+    assert after["booted"] == v1 and after["staged"] is None and after["rollback"] is None
+    assert await sim.host(lambda _path: True).system.boot_id() != boot_id
+    assert "discarded (download-only)" in sim.actions()[-1]["detail"]
+    assert (sim.root / "usr/lib/v").read_text() == "1"  # still the old image's files
+
+
+async def test_unlock_then_reboot_boots_the_staged_image(sim: SimulatedHost) -> None:
+    v1_digest = digest_of(slots(sim)["booted"])
+    v2 = add(sim, "v2")
+    bootc = SimulatedBootc(sim)
+    with pytest.raises(HostError) as err:
+        await bootc.unlock_staged()
+    assert err.value.kind == "no-staged"
+    await bootc.stage(v2)
+    assert await bootc.unlock_staged() is True
+    assert await bootc.unlock_staged() is False  # armed already: nothing to do
+    assert slots(sim)["staged"]["downloadOnly"] is False  # type: ignore[index]
+    await reboot(sim)
+    after = slots(sim)
+    assert (digest_of(after["booted"]), digest_of(after["rollback"])) == (v2.digest, v1_digest)
+    assert after["staged"] is None
+    assert (sim.root / "usr/lib/v").read_text() == "v2"
+
+
+async def test_a_cancelled_pull_resumes_with_only_the_missing_layers(sim: SimulatedHost) -> None:
+    v2 = add(sim, "v2", pull_seconds=0.6)  # 0.2 s per layer
+    bootc = SimulatedBootc(sim)
+    staging = asyncio.create_task(bootc.stage(v2))
+    async with asyncio.timeout(10):
+        while not pulls(sim, v2):
+            await asyncio.sleep(0.01)
+    staging.cancel()
+    await bootc.cancel_stage()  # nothing runs in the background here: a no-op
+    with pytest.raises(asyncio.CancelledError):
+        await staging
+    before = pulls(sim, v2)
+    assert 1 <= len(before) < LAYERS and slots(sim)["staged"] is None
+    seen: list[Progress] = []
+    await bootc.stage(v2, seen.append)
+    after = pulls(sim, v2)
+    assert after[: len(before)] == before
+    assert after == [f"{v2.digest}  layer {n}/{LAYERS}" for n in range(1, LAYERS + 1)]
+    assert seen[-1].done_bytes == seen[-1].total_bytes > 0
+    assert digest_of(slots(sim)["staged"]) == v2.digest
+
+
+async def test_an_image_fetched_once_is_not_fetched_again(sim: SimulatedHost) -> None:
+    v2 = add(sim, "v2", pull_seconds=0.6)
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(v2)
+    assert len(pulls(sim, v2)) == LAYERS
+    await reboot(sim)  # discards the locked deployment; its layers stay cached
+    assert slots(sim)["staged"] is None
+    seen: list[Progress] = []
+    started = time.monotonic()
+    await bootc.stage(v2, seen.append)
+    assert time.monotonic() - started < 0.3  # no pull time
+    assert len(pulls(sim, v2)) == LAYERS and len(switches(sim)) == 2
+    assert digest_of(slots(sim)["staged"]) == v2.digest
+    assert seen == [Progress(seen[0].total_bytes, seen[0].total_bytes, "pulling")]
+
+
+async def test_an_image_already_staged_returns_at_once(sim: SimulatedHost) -> None:
+    v2 = add(sim, "v2", pull_seconds=0.6)
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(v2)
+    actions = len(sim.actions())
+    started = time.monotonic()
+    await bootc.stage(v2)
+    await bootc.stage(v2, locked=True)
+    assert time.monotonic() - started < 0.3
+    assert len(sim.actions()) == actions  # no pull, no second switch
+    assert slots(sim)["staged"]["downloadOnly"] is True  # type: ignore[index]
+
+
+async def test_a_full_disk_fails_the_stage_with_kind_disk_space(sim: SimulatedHost) -> None:
+    v2, v3 = add(sim, "v2"), add(sim, "v3")
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(v2)
+    await reboot(sim)  # v2's layers are cached, nothing staged
+    sim.set_disk_full()
+    with pytest.raises(HostError) as err:
+        await bootc.stage(v3)
+    message = str(err.value)
+    assert err.value.kind == "disk-space" == bootc_errors.classify(message)
+    assert message.startswith("error: Switching: Pulling: ")
+    assert "No space left on device (os error 28)" in message
+    assert pulls(sim, v3) == [] and slots(sim)["staged"] is None
+    await bootc.stage(v2)  # nothing left to fetch: a full disk does not matter
+    assert digest_of(slots(sim)["staged"]) == v2.digest
+    sim.set_disk_full(False)
+    await bootc.stage(v3)
+    assert digest_of(slots(sim)["staged"]) == v3.digest and len(pulls(sim, v3)) == LAYERS
+
+
+async def test_disk_full_mid_pull_stops_at_the_next_layer(sim: SimulatedHost) -> None:
+    """Another process (the test, `sim disk-full`) fills the disk while the agent pulls."""
+    v2 = add(sim, "v2", pull_seconds=0.6)
+    bootc = SimulatedBootc(sim)
+    staging = asyncio.create_task(bootc.stage(v2))
+    async with asyncio.timeout(10):
+        while not pulls(sim, v2):
+            await asyncio.sleep(0.01)
+    assert cli_main(["sim", "disk-full", str(sim.base)]) == 0
+    with pytest.raises(HostError) as err:
+        await staging
+    assert err.value.kind == "disk-space"
+    fetched = len(pulls(sim, v2))
+    assert 1 <= fetched < LAYERS
+    assert cli_main(["sim", "disk-full", str(sim.base), "--off"]) == 0
+    await bootc.stage(v2)
+    assert len(pulls(sim, v2)) == LAYERS  # resumed: the fetched layers were kept
+
+
+async def test_staging_the_booted_image_pulls_nothing_and_drops_a_staged_one(
+    sim: SimulatedHost,
+) -> None:
+    booted = parse_image_ref(f"{IMAGE}@{digest_of(slots(sim)['booted'])}")
+    v2 = add(sim, "v2")
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(v2)
+    await bootc.stage(booted)
+    assert slots(sim)["staged"] is None and pulls(sim, booted) == []

@@ -19,7 +19,7 @@ from agent.cluster.prestage import Act, decide, pool_target
 from agent.engine import DONE
 from agent.journal import Journal
 from tests.clusterkit import Cluster, P
-from tests.simhost import World
+from tests.simhost import Killed, World
 
 WORKER = {"node-role.kubernetes.io/worker": ""}
 KEYS = ["ssh-ed25519 AAAA-one"]  # rendered-worker-1's keys: an image-only change
@@ -80,6 +80,32 @@ async def test_engine_prestages_locked_and_the_update_pulls_nothing_more(tmp_pat
     assert pulls(world.sim, world.digest("v2")) == 3  # the turn found it staged
     assert world.reboots() == 1
     assert world.engine().prestaged() is None  # the update consumed the pre-stage
+
+
+async def test_engine_prestage_killed_at_every_step(tmp_path: Path) -> None:
+    labels: list[str] = []
+    world = World.create(tmp_path / "probe")
+    await world.converge(world.desired("r1", "v1"))
+    await world.engine(checkpoint=labels.append).prestage(world.desired("r2", "v2"))
+    assert labels == ["journal:idle", "did:prestage"]
+    for k, label in enumerate(labels):
+        world = World.create(tmp_path / str(k))
+        await world.converge(world.desired("r1", "v1"))
+
+        def die(seen: str, at: str = label) -> None:
+            if seen == at:
+                raise Killed(at)
+
+        with pytest.raises(Killed):
+            await world.engine(checkpoint=die).prestage(world.desired("r2", "v2"))
+        assert world.engine().prestaged() == world.images["v2"]  # the intent came first
+        assert await world.engine().prestage(world.desired("r2", "v2")) in (
+            "staged",
+            "already-staged",
+        )
+        outcome = await world.converge(world.desired("r2", "v2"))
+        assert (outcome.state, world.booted(), world.reboots()) == (DONE, world.digest("v2"), 1)
+        assert pulls(world.sim, world.digest("v2")) == 3, label
 
 
 async def test_engine_prestage_skips_what_is_no_image_update(tmp_path: Path) -> None:
@@ -151,6 +177,15 @@ class Pools:
                                         "--prestage-jitter", "0", "--prestage-retry", "0.3",
                                         *extra)  # fmt: skip
 
+    async def running(self) -> asyncio.subprocess.Process:
+        """The agent started, its Node Done at rendered-worker-1, the pool there too, and the
+        agent's first pass over (its one start-up write made)."""
+        self.set_pool("worker", "rendered-worker-1")
+        proc = await self.start()
+        await self.c.wait_done("rendered-worker-1")
+        await self.wait_metric('image_mode_agent_phase{phase="idle"}', 1)
+        return proc
+
     async def metric(self, line_prefix: str) -> float:
         def scrape() -> str:
             url = f"http://127.0.0.1:{self.port}/metrics"
@@ -218,10 +253,7 @@ def untouched(annotations: dict[str, str], node: dict[str, Any]) -> None:
 async def test_pool_target_prestaged_then_the_turn_pulls_nothing(pools: Pools) -> None:
     c = pools.c
     c.add_config("rendered-worker-2", "slow", keys=KEYS)
-    pools.set_pool("worker", "rendered-worker-1")
-    await pools.start()
-    await c.wait_done("rendered-worker-1")
-    await pools.wait_metric('image_mode_agent_phase{phase="idle"}', 1)  # its first pass ended
+    await pools.running()
     writes = c.node_writes()
     pools.set_pool("worker", "rendered-worker-2")  # the pool moves; this node's turn is later
     await pools.wait_staged("slow")
@@ -244,9 +276,7 @@ async def test_a_new_pool_target_replaces_the_prestage(pools: Pools) -> None:
     c = pools.c
     c.add_config("rendered-worker-2", "slow", keys=KEYS)
     c.add_config("rendered-worker-3", "v2", keys=KEYS)
-    pools.set_pool("worker", "rendered-worker-1")
-    await pools.start()
-    await c.wait_done("rendered-worker-1")
+    await pools.running()
     pools.set_pool("worker", "rendered-worker-2")
     await pools.wait_metric('image_mode_agent_prestage_state{state="staging"}', 1)
     pools.set_pool("worker", "rendered-worker-3")  # a newer target while the first pulls
@@ -261,9 +291,7 @@ async def test_a_new_pool_target_replaces_the_prestage(pools: Pools) -> None:
 async def test_killed_while_prestaging_resumes_without_refetching(pools: Pools) -> None:
     c = pools.c
     c.add_config("rendered-worker-2", "slow", keys=KEYS)
-    pools.set_pool("worker", "rendered-worker-1")
-    proc = await pools.start()
-    await c.wait_done("rendered-worker-1")
+    proc = await pools.running()
     pools.set_pool("worker", "rendered-worker-2")
     async with asyncio.timeout(20):
         while pools.pulls("slow") < 1:  # one layer fetched, two to go
@@ -280,9 +308,7 @@ async def test_killed_while_prestaging_resumes_without_refetching(pools: Pools) 
 async def test_killed_while_prestaging_then_target_withdrawn_is_cleaned(pools: Pools) -> None:
     c = pools.c
     c.add_config("rendered-worker-2", "slow", keys=KEYS)
-    pools.set_pool("worker", "rendered-worker-1")
-    proc = await pools.start()
-    await c.wait_done("rendered-worker-1")
+    proc = await pools.running()
     pools.set_pool("worker", "rendered-worker-2")
     async with asyncio.timeout(20):
         while pools.journal_prestage() is None:
@@ -303,10 +329,7 @@ async def test_failed_prestage_retries_and_never_makes_the_node_unavailable(
 ) -> None:
     c = pools.c
     c.add_config("rendered-worker-2", "missing", keys=KEYS)
-    pools.set_pool("worker", "rendered-worker-1")
-    await pools.start()
-    await c.wait_done("rendered-worker-1")
-    await pools.wait_metric('image_mode_agent_phase{phase="idle"}', 1)  # its first pass ended
+    await pools.running()
     writes = c.node_writes()
     pools.set_pool("worker", "rendered-worker-2")
     failures = 'image_mode_agent_prestage_failures_total{kind="image-missing"}'
@@ -322,9 +345,7 @@ async def test_failed_prestage_retries_and_never_makes_the_node_unavailable(
 async def test_out_of_space_stops_the_prestage_with_a_clear_event(pools: Pools) -> None:
     c = pools.c
     c.add_config("rendered-worker-2", "v2", keys=KEYS)
-    pools.set_pool("worker", "rendered-worker-1")
-    await pools.start()
-    await c.wait_done("rendered-worker-1")
+    await pools.running()
     c.sim.set_disk_full(True)
     pools.set_pool("worker", "rendered-worker-2")
     await pools.wait_metric('image_mode_agent_prestage_state{state="stopped"}', 1)

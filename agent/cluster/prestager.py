@@ -145,6 +145,8 @@ class Prestager:
         if desired.key in (self._task_key, self._stopped_key):
             return  # running, done, or stopped for good
         await self._cancel_task()
+        if self._paused:
+            return  # the update began while we looked: it owns bootc now
         self._task_key = desired.key
         self._task = asyncio.create_task(self._prestage(name, desired))
 

@@ -31,6 +31,10 @@ def view(current: str | None, desired: str | None, state: str = "Done") -> NodeV
     return NodeView("n", {k: v for k, v in annotations.items() if v is not None})
 
 
+layered = NodeView("n", {**view("r1", "r1").annotations, P + "currentImage": "q/os@sha256:1",
+                         P + "desiredImage": "q/os@sha256:1"})  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("node", "target", "idle", "act"),
     [
@@ -43,6 +47,7 @@ def view(current: str | None, desired: str | None, state: str = "Done") -> NodeV
         (view("r1", "r1", "Degraded"), "r2", True, Act.WAIT),
         (view("r1", "r1"), "r2", False, Act.WAIT),  # the journal is mid-update
         (view(None, None), "r2", True, Act.WAIT),  # not bootstrapped yet
+        (layered, "r2", True, Act.DROP),  # on-cluster layering: the image is not osImageURL
     ],
 )
 def test_decide(node: NodeView, target: str | None, idle: bool, act: Act) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from agent.cluster.annotations import CURRENT_CONFIG, STATE, NodeView
+from agent.cluster.annotations import CURRENT_CONFIG, CURRENT_IMAGE, DESIRED_IMAGE, STATE, NodeView
 
 
 class Act(StrEnum):
@@ -47,6 +47,10 @@ def decide(node: NodeView, target: str | None, journal_idle: bool) -> Decision:
         return Decision(Act.DROP, f"the node runs the pool's target {target}")
     if target == desired:
         return Decision(Act.HANDOVER, f"the node's turn for {target} came")
+    if node.get(CURRENT_IMAGE) or node.get(DESIRED_IMAGE):
+        # On-cluster layering: the pool's image comes from its MachineOSBuild, not from the
+        # rendered config's osImageURL, and the agent does not read those yet.
+        return Decision(Act.DROP, "the node runs a layered image (desiredImage): not pre-staged")
     if not node.is_done() or not journal_idle:
         state = node.get(STATE) or "unknown"
         return Decision(Act.WAIT, f"the node is not idle (state {state}, desired {desired})")

@@ -324,13 +324,11 @@ class Engine:
         rec = self.journal.load()  # read again: no await between this check and the write
         if rec.phase != Phase.IDLE:
             return f"skipped: an update is in flight (phase {rec.phase})"
-        staged = status.staged
-        if staged is not None and staged.download_only and status.staged_digest == target.digest:
-            if rec.prestage != str(target):
-                self._save(rec.to(Phase.IDLE, prestage=str(target)))
-            return "already-staged"
         if rec.prestage != str(target):
             self._save(rec.to(Phase.IDLE, prestage=str(target)))
+        staged = status.staged
+        if staged is not None and staged.download_only and status.staged_digest == target.digest:
+            return "already-staged"
         await self.host.bootc.stage(target, on_progress, locked=True)
         self._did("prestage")
         self._event(f"pre-staged {target} (locked: applied only at this node's turn)")

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,12 @@ async def test_engine_drops_a_prestage_no_longer_wanted(tmp_path: Path) -> None:
 
 
 # -- the agent process -------------------------------------------------------------------------
+async def until(predicate: Callable[[], object], timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -220,9 +227,7 @@ class Pools:
 
     async def wait_staged(self, image: str, timeout: float = 20) -> None:
         digest = self.c.images[image].split("@")[1]
-        async with asyncio.timeout(timeout):
-            while self.staged_digest() != digest:
-                await asyncio.sleep(0.1)
+        await until(lambda: self.staged_digest() == digest, timeout)
 
     def events(self, reason: str) -> list[dict[str, Any]]:
         return [e for e in self.c.kube.list("Event", namespace="default")
@@ -298,9 +303,7 @@ async def test_killed_while_prestaging_resumes_without_refetching(pools: Pools) 
     c.add_config("rendered-worker-2", "slow", keys=KEYS)
     proc = await pools.running()
     pools.set_pool("worker", "rendered-worker-2")
-    async with asyncio.timeout(20):
-        while pools.pulls("slow") < 1:  # one layer fetched, two to go
-            await asyncio.sleep(0.05)
+    await until(lambda: pools.pulls("slow") >= 1)  # one layer fetched, two to go
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
     assert pools.journal_prestage() == c.images["slow"]  # the intent was written first
@@ -315,16 +318,12 @@ async def test_killed_while_prestaging_then_target_withdrawn_is_cleaned(pools: P
     c.add_config("rendered-worker-2", "slow", keys=KEYS)
     proc = await pools.running()
     pools.set_pool("worker", "rendered-worker-2")
-    async with asyncio.timeout(20):
-        while pools.journal_prestage() is None:
-            await asyncio.sleep(0.05)
+    await until(lambda: pools.journal_prestage() is not None)
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
     pools.set_pool("worker", "rendered-worker-1")  # the rollout was withdrawn meanwhile
     await pools.start()
-    async with asyncio.timeout(20):
-        while pools.journal_prestage() is not None:
-            await asyncio.sleep(0.1)
+    await until(lambda: pools.journal_prestage() is None)
     assert pools.staged() is None
     untouched(c.annotations(), c.kube.get("Node", c.node))
 
@@ -402,9 +401,7 @@ async def test_two_custom_pools_mean_no_prestage_and_a_warning(pools: Pools) -> 
         pools.set_pool(name, "rendered-worker-2", {name: ""})
     await pools.start()
     await c.wait_done("rendered-worker-1")
-    async with asyncio.timeout(20):
-        while not pools.events("PrestageSkipped"):
-            await asyncio.sleep(0.1)
+    await until(lambda: pools.events("PrestageSkipped"))
     (event,) = pools.events("PrestageSkipped")
     assert "2 custom pools (a, b)" in event["message"]
     await asyncio.sleep(1.0)

@@ -31,7 +31,7 @@ from agent.cluster.kube import (
 from agent.cluster.mcn_steps import PassSteps
 from agent.cluster.mcn_writer import MachineConfigNodeWriter
 from agent.cluster.prestager import PrestageOptions, Prestager
-from agent.cluster.watch import ObjectWatch
+from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.desired import Desired
 from agent.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
 from agent.errors import HostError, InputError
@@ -73,7 +73,7 @@ class ClusterAgent:
                                              on_change=self.wakeup.set)  # fmt: skip
         self.configuration = ObjectWatch(api, MACHINECONFIGURATIONS, "cluster",
                                          on_change=self.wakeup.set)  # fmt: skip
-        self.rendered: ObjectWatch | None = None
+        self.rendered = NamedWatch(api, MACHINECONFIGS, on_change=self.wakeup.set)
         self.events = EventRecorder(node_api, self.name)
         self.drainer: Drainer = (
             SelfDrain(
@@ -212,6 +212,7 @@ class ClusterAgent:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.rendered.close()
 
     def _publish(self, outcome: Outcome | None) -> None:
         """The Node's view plus the journal's phase, for /status and /metrics."""
@@ -241,7 +242,7 @@ class ClusterAgent:
         desired_name = node.desired_config
         if not desired_name:
             return None
-        rendered = await self._rendered(desired_name)
+        rendered = await self.rendered.get(desired_name)
         if rendered is None:
             reason = f"machineconfig {desired_name} not found; waiting for it to be rendered"
             await self._set_state("Degraded", reason)
@@ -377,17 +378,6 @@ class ClusterAgent:
         await self.mcn.flush(_MCN_FLUSH_TIMEOUT)
 
     # -- inputs --------------------------------------------------------------------------------
-    async def _rendered(self, name: str) -> dict[str, Any] | None:
-        if self.rendered is None or self.rendered.name != name:
-            if self.rendered is not None:
-                self._tasks.remove(self._rendered_task)
-                self._rendered_task.cancel()
-            self.rendered = ObjectWatch(self.api, MACHINECONFIGS, name, on_change=self.wakeup.set)
-            self._rendered_task = asyncio.create_task(self.rendered.run())
-            self._tasks.append(self._rendered_task)
-        await self.rendered.synced.wait()
-        return self.rendered.obj
-
     async def _adopt_current(self, node: A.NodeView, desired_name: str) -> None:
         """With no config recorded on the host yet, the Node's currentConfig is the baseline
         (the MCD's on-disk config starts the same way); refusals need a real baseline."""

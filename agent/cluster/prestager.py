@@ -25,7 +25,7 @@ from agent.cluster.events import EventRecorder
 from agent.cluster.kube import MACHINECONFIGS, TRANSIENT, Kube, KubeError
 from agent.cluster.pool import MACHINECONFIGPOOLS, PoolError, primary_pool
 from agent.cluster.prestage import Act, decide, pool_target
-from agent.cluster.watch import ObjectWatch
+from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.desired import Desired
 from agent.engine import Engine
 from agent.errors import HostError, InputError
@@ -61,9 +61,8 @@ class Prestager:
         self.desired_of = desired_of
         self.rng = rng or random.Random()
         self.wakeup = asyncio.Event()
-        self.pool: ObjectWatch | None = None
-        self.rendered: ObjectWatch | None = None
-        self._watch_tasks: dict[str, asyncio.Task[None]] = {}
+        self.pool = NamedWatch(api, MACHINECONFIGPOOLS, on_change=self.poke)
+        self.rendered = NamedWatch(api, MACHINECONFIGS, on_change=self.poke)
         self._labels: dict[str, str] | None = None
         self._picked_at = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -104,21 +103,20 @@ class Prestager:
                         await self.wakeup.wait()
         finally:
             await self._cancel_task()
-            for task in self._watch_tasks.values():
-                task.cancel()
-            await asyncio.gather(*self._watch_tasks.values(), return_exceptions=True)
+            await self.pool.close()
+            await self.rendered.close()
 
     async def _step(self) -> None:
         if self.node.obj is None:
             return
-        pool = await self._pool()
-        target = pool_target(pool.obj if pool is not None else None)
+        target = pool_target(await self._pool())
         node = A.NodeView.of(self.node.obj)
         decision = decide(node, target, journal_idle=self._journal_idle())
         match decision.act:
-            case Act.HANDOVER | Act.WAIT:
-                if decision.act == Act.HANDOVER:
-                    await self._cancel_task()
+            case Act.WAIT:
+                pass
+            case Act.HANDOVER:
+                await self._cancel_task()
             case Act.DROP:
                 await self._cancel_task()
                 self._stopped_key = None
@@ -133,12 +131,11 @@ class Prestager:
         return str(self.engine.journal.load().phase) == "idle"
 
     async def _stage_target(self, name: str) -> None:
-        rendered = self._follow("rendered", MACHINECONFIGS, name)
-        await rendered.synced.wait()
-        if rendered.obj is None:
+        rendered = await self.rendered.get(name)
+        if rendered is None:
             return  # not rendered yet: its watch wakes us
         try:
-            desired = self.desired_of(rendered.obj)
+            desired = self.desired_of(rendered)
         except InputError as exc:
             self.log.warning("pool target not usable; not pre-staged", config=name, error=str(exc))
             return
@@ -158,14 +155,15 @@ class Prestager:
                 await task
 
     # -- which pool ------------------------------------------------------------------------
-    async def _pool(self) -> ObjectWatch | None:
-        """The pool watch, re-picked when the Node's labels change, the pool is gone, or
+    async def _pool(self) -> dict[str, Any] | None:
+        """The Node's pool, re-picked when the Node's labels change, the pool is gone, or
         `repick` seconds passed (a custom pool created since)."""
         labels = dict(((self.node.obj or {}).get("metadata") or {}).get("labels") or {})
         now = asyncio.get_running_loop().time()
-        gone = self.pool is not None and self.pool.missing
+        watch = self.pool.watch
+        gone = watch is not None and watch.missing
         if labels == self._labels and not gone and now - self._picked_at < self.options.repick:
-            return self.pool
+            return watch.obj if watch is not None else None
         self._labels, self._picked_at = labels, now
         listing = await self.api.get(MACHINECONFIGPOOLS)
         try:
@@ -176,32 +174,11 @@ class Prestager:
             self.log.warning("no pool to pre-stage for", error=str(exc))
             name = None
         if name is None:
-            self._unfollow("pool")
-            self.pool = None
+            self.pool.stop()
             return None
-        if self.pool is None or self.pool.name != name:
+        if watch is None or watch.name != name:
             self.log.info("following pool", pool=name)
-            self.pool = self._follow("pool", MACHINECONFIGPOOLS, name)
-        await self.pool.synced.wait()
-        return self.pool
-
-    def _follow(self, slot: str, collection: str, name: str) -> ObjectWatch:
-        current = self.pool if slot == "pool" else self.rendered
-        if current is not None and current.name == name:
-            return current
-        self._unfollow(slot)
-        watch = ObjectWatch(self.api, collection, name, on_change=self.poke)
-        self._watch_tasks[slot] = asyncio.create_task(watch.run())
-        if slot == "pool":
-            self.pool = watch
-        else:
-            self.rendered = watch
-        return watch
-
-    def _unfollow(self, slot: str) -> None:
-        task = self._watch_tasks.pop(slot, None)
-        if task is not None:
-            task.cancel()
+        return await self.pool.get(name)
 
     # -- one pre-stage ---------------------------------------------------------------------
     async def _prestage(self, name: str, desired: Desired) -> None:

@@ -128,3 +128,40 @@ class ObjectWatch:
 
     async def next_change(self, seen: dict[str, Any] | None) -> dict[str, Any] | None:
         return await self.wait_for(lambda obj: obj is not seen)
+
+
+class NamedWatch:
+    """One object of a collection whose name changes over time (the rendered config a Node or
+    a pool names, the Node's pool): one ObjectWatch at a time, replaced when the name does."""
+
+    def __init__(
+        self, kube: Kube, collection: str, on_change: Callable[[], None] | None = None
+    ) -> None:
+        self.kube, self.collection, self._on_change = kube, collection, on_change
+        self.watch: ObjectWatch | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def follow(self, name: str) -> ObjectWatch:
+        """The watch of `name`, started (and the previous one stopped) when it is new."""
+        if self.watch is None or self.watch.name != name:
+            self.stop()
+            self.watch = ObjectWatch(self.kube, self.collection, name, on_change=self._on_change)
+            self._task = asyncio.create_task(self.watch.run())
+        return self.watch
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        """The object named `name` once listed (None: it does not exist)."""
+        watch = self.follow(name)
+        await watch.synced.wait()
+        return watch.obj
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self.watch, self._task = None, None
+
+    async def close(self) -> None:
+        task = self._task
+        self.stop()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)

@@ -58,21 +58,20 @@ class Metrics:
         self.state.labels(*key).set(time.time())
         self._last_state = key
 
+    @staticmethod
+    def _one_hot(gauge: Gauge, old: str | None, new: str) -> str:
+        """1 for `new`, 0 for the `old` label it replaces; returns `new`."""
+        if new != old:
+            if old is not None:
+                gauge.labels(old).set(0)
+            gauge.labels(new).set(1)
+        return new
+
     def record_phase(self, phase: str) -> None:
-        if phase == self._phase:
-            return
-        if self._phase is not None:
-            self.phase.labels(self._phase).set(0)
-        self.phase.labels(phase).set(1)
-        self._phase = phase
+        self._phase = self._one_hot(self.phase, self._phase, phase)
 
     def record_prestage(self, state: str) -> None:
-        if state == self._prestage:
-            return
-        if self._prestage is not None:
-            self.prestage_state.labels(self._prestage).set(0)
-        self.prestage_state.labels(state).set(1)
-        self._prestage = state
+        self._prestage = self._one_hot(self.prestage_state, self._prestage, state)
 
     def record_progress(self, progress: Progress) -> None:
         self.staging_bytes.labels("done").set(progress.done_bytes)

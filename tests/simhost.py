@@ -6,19 +6,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.desired import Desired
-from agent.engine import REBOOTING, Engine, Hooks, Outcome
+from agent.core.desired import Desired
+from agent.core.policy import Allowlist
+from agent.demo.loopback import CHECK, IMAGE
 from agent.host.simulated import SimulatedHost
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import machine_config_from_object
-from agent.policy import Allowlist
+from agent.update.engine import REBOOTING, Engine, Hooks, Outcome
 from tests.builders import machine_config
-
-IMAGE = "quay.example/os/node"
-CHECK = """#!/bin/sh
-state=$(cat "$IMAGE_MODE_AGENT_ROOT/usr/lib/app/healthy" 2>/dev/null)
-[ "$state" = yes ] || { echo "app unhealthy (${state:-missing})"; exit 1; }
-"""
 
 
 class Killed(BaseException):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.demo.loopback import Cluster, P
 from tests.builders import ign_file
-from tests.clusterkit import Cluster, P
 from tests.fixtures_paths import CONTROLLER_CONFIG
 from tests.scenarios.fake import desired_drain_tracker
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.clusterkit import NAMESPACED_SA_RULES, SA_RULES
+from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 

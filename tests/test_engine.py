@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.engine import DEGRADED, DONE, REBOOTING, UNRECONCILABLE
-from agent.journal import Journal, Phase
+from agent.update.engine import DEGRADED, DONE, REBOOTING, UNRECONCILABLE
+from agent.update.journal import Journal, Phase
 from tests.builders import ign_file
 from tests.simhost import Killed, World
 

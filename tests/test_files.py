@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.policy import Allowlist
 from agent.errors import HostError
 from agent.host.files import TMP_SUFFIX, RootedFiles
 from agent.model.ignition import Owner
-from agent.policy import Allowlist
 
 ROOT_OWNER = Owner(id=0)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.plan import plan_update
 from agent.errors import InputError
 from agent.model.bootc_status import parse_bootc_status
 from agent.model.document import load_document
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import empty_machine_config, parse_machine_config
-from agent.plan import plan_update
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BOOTC = sorted((FIXTURES / "bootc-status").glob("spec-*"))

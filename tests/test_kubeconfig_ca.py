@@ -25,11 +25,11 @@ from agent.cluster.kubeconfig import (
     subject_common_name,
     with_certificate_authority,
 )
+from agent.core.policy import KUBECONFIG, KUBELET_KUBECONFIG, Allowlist
+from agent.demo.fakekube import FakeKube
+from agent.demo.loopback import Cluster, P
 from agent.errors import HostError, InputError
 from agent.host.simulated import SimulatedHost
-from agent.policy import KUBECONFIG, KUBELET_KUBECONFIG, Allowlist
-from tests.clusterkit import Cluster, P
-from tests.fakekube import FakeKube
 from tests.fixtures_paths import CONTROLLER_CONFIG
 from tests.simhost import IMAGE
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.desired import Desired
-from agent.engine import DONE, REBOOTING, Engine
+from agent.core.desired import Desired
+from agent.core.policy import Allowlist
 from agent.host.bootc import Bootc
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
@@ -17,7 +17,7 @@ from agent.host.local import HostHealth
 from agent.host.ports import Host
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import machine_config_from_object
-from agent.policy import Allowlist
+from agent.update.engine import DONE, REBOOTING, Engine
 from tests.builders import machine_config
 from tests.test_bootc_adapter import D1, D2, NAME, STANDIN, StandinHost
 from tests.test_systemd_adapter import UserManager, logind, user_manager  # noqa: F401

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from agent.model.imageref import parse_image_ref
-from agent.model.machineconfig import machine_config_from_object
-from agent.plan import plan_update
-from agent.policy import (
+from agent.core.plan import plan_update
+from agent.core.policy import (
     BUILTIN_POLICY,
     USER_CA_BUNDLE,
     Action,
     LivePolicy,
     policy_from_machine_configuration,
 )
+from agent.model.imageref import parse_image_ref
+from agent.model.machineconfig import machine_config_from_object
 from tests.builders import IMAGE_A, IMAGE_B, ign_file, machine_config
 
 PULL = "/var/lib/kubelet/config.json"

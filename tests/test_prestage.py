@@ -17,9 +17,9 @@ import pytest
 
 from agent.cluster.annotations import NodeView
 from agent.cluster.prestage import Act, decide, pool_target
-from agent.engine import DONE
-from agent.journal import Journal
-from tests.clusterkit import Cluster, P
+from agent.demo.loopback import Cluster, P
+from agent.update.engine import DONE
+from agent.update.journal import Journal
 from tests.simhost import Killed, World
 
 WORKER = {"node-role.kubernetes.io/worker": ""}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main as cli_main
+from agent.app.cli import main as cli_main
 from agent.errors import HostError
 from agent.host import bootc_errors
 from agent.host.ports import Progress

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from agent.host.ports import CheckReport, CheckResult
-from agent.verify import AfterBoot, BootFacts, decide_after_boot
+from agent.core.verify import AfterBoot, BootFacts, decide_after_boot
+from agent.model.checks import CheckReport, CheckResult
 
 T, OTHER = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 PASS = CheckReport((CheckResult("a", True, True),))

@@ -32,15 +32,15 @@ from agent.cluster.mcn_steps import PassSteps
 from agent.cluster.mcn_writer import MachineConfigNodeWriter
 from agent.cluster.prestager import PrestageOptions, Prestager
 from agent.cluster.watch import NamedWatch, ObjectWatch
-from agent.desired import Desired
-from agent.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
+from agent.core.desired import Desired
+from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
 from agent.errors import HostError, InputError
 from agent.host.ports import Host, Progress
-from agent.journal import Record
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
-from agent.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
+from agent.update.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
+from agent.update.journal import Record
 
 NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
 _RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)

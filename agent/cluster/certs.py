@@ -22,10 +22,7 @@ from agent.cluster.kubeconfig import (
     plan_server_ca,
     with_certificate_authority,
 )
-from agent.errors import InputError
-from agent.host.ports import FilesPort, Host
-from agent.model.ignition import Owner
-from agent.policy import (
+from agent.core.policy import (
     CERTS_DIR,
     CLOUD_CA,
     INTERNAL_PULL_SECRET,
@@ -33,6 +30,9 @@ from agent.policy import (
     KUBELET_CA,
     KUBELET_KUBECONFIG,
 )
+from agent.errors import InputError
+from agent.host.ports import FilesPort, Host
+from agent.model.ignition import Owner
 
 ROOT = Owner(id=0)
 

@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 
 from agent.cluster import annotations as A
+from agent.core.policy import KUBECONFIG
 from agent.errors import InputError
-from agent.policy import KUBECONFIG
 
 KUBECONFIG_DATA_NAMESPACE = "openshift-machine-config-operator"
 KUBECONFIG_DATA_NAME = "kubeconfig-data"

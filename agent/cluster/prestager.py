@@ -26,11 +26,11 @@ from agent.cluster.kube import MACHINECONFIGS, TRANSIENT, Kube, KubeError
 from agent.cluster.pool import MACHINECONFIGPOOLS, PoolError, primary_pool
 from agent.cluster.prestage import Act, decide, pool_target
 from agent.cluster.watch import NamedWatch, ObjectWatch
-from agent.desired import Desired
-from agent.engine import Engine
+from agent.core.desired import Desired
 from agent.errors import HostError, InputError
 from agent.host.ports import Progress
 from agent.observe.metrics import Metrics
+from agent.update.engine import Engine
 
 _NO_RETRY = frozenset({"disk-space", "unsupported", "input"})
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.cluster.kube import Kube
 from agent.cluster.watch import ObjectWatch
-from agent.host.ports import CheckResult
+from agent.model.checks import CheckResult
 
 
 def node_ready(node: dict[str, Any] | None) -> bool:

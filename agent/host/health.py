@@ -8,7 +8,8 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from agent.host.ports import CheckReport, CheckResult, HealthPort
+from agent.host.ports import HealthPort
+from agent.model.checks import CheckReport, CheckResult
 
 CHECK_DIR = "etc/image-mode-agent/check"
 

@@ -15,8 +15,9 @@ import aiohttp
 
 from agent.host.bootc import Bootc
 from agent.host.health import CheckRunner
-from agent.host.ports import CheckReport, CheckResult, Host
+from agent.host.ports import Host
 from agent.host.systemd import Systemd
+from agent.model.checks import CheckReport, CheckResult
 
 POD_BOOTC_PREFIX = "nsenter -t 1 -m -u -i -n -p --"
 UPDATE_TIMER = "bootc-fetch-apply-updates.timer"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.model.bootc_status import BootcHost
+from agent.model.checks import CheckReport
 from agent.model.ignition import Owner
 from agent.model.imageref import ImageRef
 
@@ -99,31 +100,6 @@ class SystemPort(Protocol):
     async def reboot(self, *, soft: bool = False) -> None:
         """Ask for a reboot. Returns once it is requested; the process ends with the boot."""
         ...
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    required: bool
-    ok: bool
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    results: tuple[CheckResult, ...] = ()
-
-    @property
-    def failed_required(self) -> tuple[CheckResult, ...]:
-        return tuple(r for r in self.results if r.required and not r.ok)
-
-    @property
-    def failed_wanted(self) -> tuple[CheckResult, ...]:
-        return tuple(r for r in self.results if not r.required and not r.ok)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed_required
 
 
 class HealthPort(Protocol):

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.durable import read_json, write_json
 from agent.errors import HostError
+from agent.host.durable import read_json, write_json
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback

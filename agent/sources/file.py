@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.desired import Desired
+from agent.core.desired import Desired
 from agent.errors import InputError
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config

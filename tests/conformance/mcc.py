@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.demo.loopback import make_host
 from agent.host.simulated import SimulatedHost
 from tests.conformance.kit import MCO_NS, KitCluster
 from tests.conformance.real import REPO, follow, put_object
-from tests.scenarios.harness import make_host
 
 P = "machineconfiguration.openshift.io/"
 MC_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigs"

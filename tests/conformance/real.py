@@ -18,8 +18,9 @@ from typing import Any
 
 import aiohttp
 
+from agent.demo.loopback import make_host
 from tests.conformance.kit import MCO_NS, KitCluster
-from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, make_host
+from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness
 
 P = "machineconfiguration.openshift.io/"
 REPO = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.clusterkit import NAMESPACED_SA_RULES, SA_RULES
-from tests.fakekube import Change, FakeKube
-from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, make_host
+from agent.demo.fakekube import Change, FakeKube
+from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES, make_host
+from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness
 
 P = "machineconfiguration.openshift.io/"
 

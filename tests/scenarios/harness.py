@@ -12,44 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.demo.loopback import P, stop_processes
+from agent.demo.objects import machine_config
 from agent.host.simulated import SimulatedHost
-from tests.builders import machine_config
-from tests.simhost import CHECK, IMAGE
 
-P = "machineconfiguration.openshift.io/"
 Annotations = dict[str, str]
 DEFAULT_ANNOTATIONS = {P + "currentConfig": "rendered-worker-1",
                        P + "desiredConfig": "rendered-worker-1", P + "state": "Done"}  # fmt: skip
-
-
-async def stop_processes(procs: list[asyncio.subprocess.Process]) -> None:
-    """SIGTERM the agents still running (ours only), SIGKILL what does not stop in 10 s."""
-    for proc in procs:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-
-
-def make_host(base: Path) -> tuple[SimulatedHost, dict[str, str]]:
-    """A simulated host booted on v1 with a health check, and the images it can pull."""
-    sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
-    check = sim.root / "etc/image-mode-agent/check/required.d/50-app"
-    check.parent.mkdir(parents=True)
-    check.write_text(CHECK)
-    check.chmod(0o755)
-    digest = sim.status_document()["status"]["booted"]["image"]["imageDigest"]
-    images = {
-        "v1": f"{IMAGE}@{digest}",
-        "v2": sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"}),
-        "bad": sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"}),
-        "slow": sim.add_image(f"{IMAGE}:v4-slow", {"usr/lib/app/healthy": "yes"}, pull_seconds=4),
-        "missing": f"{IMAGE}@sha256:" + "9" * 64,
-    }
-    return sim, images
 
 
 @dataclass

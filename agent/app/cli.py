@@ -9,12 +9,18 @@ import os
 import sys
 from pathlib import Path
 
+from agent import __version__
+from agent.core.plan import plan_update
+from agent.core.policy import (
+    BUILTIN_POLICY,
+    Allowlist,
+    LivePolicy,
+    policy_from_machine_configuration,
+)
 from agent.errors import HostError, InputError
 from agent.model.document import load_document
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config
-from agent.plan import plan_update
-from agent.policy import BUILTIN_POLICY, Allowlist, LivePolicy, policy_from_machine_configuration
 
 EXIT_USAGE = 2
 
@@ -94,7 +100,13 @@ def _local_options(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agent.runtime import RunOptions, open_host, run_cluster_source, run_file_source, watchdog
+    from agent.app.runtime import (
+        RunOptions,
+        open_host,
+        run_cluster_source,
+        run_file_source,
+        watchdog,
+    )
 
     kind, _, arg = args.source.partition(":")
     if not ((kind == "file" and arg) or args.source == "kube"):
@@ -131,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from agent.runtime import open_host, run_verify
+    from agent.app.runtime import open_host, run_verify
 
     async def main() -> int:
         host = await open_host(args.host, Allowlist(), _local_options(args))
@@ -186,7 +198,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from agent.demo import run_demo
+    from agent.demo.files import run_demo
 
     return run_demo(keep=args.keep, file_mode=args.file_mode)
 
@@ -214,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Node agent of image-mode OpenShift: live allowlisted config, bootc images.",
     )
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="verdict and steps for a change from one config to another")

@@ -7,7 +7,7 @@ module-global: several servers may run in one process.
 
 Quick tour::
 
-    from tests.fakekube import FakeKube, Identity   # or `from fakekube import ...`
+    from agent.demo.fakekube import FakeKube, Identity   # or `from fakekube import ...`
 
     kube = FakeKube(bookmark_interval=0.2)           # keyword options, see FakeKube.__init__
     await kube.start()                               # random free port; kube.url, kube.port

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agent.host.ports import CheckReport
+from agent.model.checks import CheckReport
 
 
 class AfterBoot(StrEnum):

@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.demo.fakekube import FakeKube
+from agent.demo.objects import machine_config
 from agent.host.simulated import SimulatedHost
-from tests.builders import machine_config
-from tests.fakekube import FakeKube
-from tests.scenarios.harness import make_host, stop_processes
 
 P = "machineconfiguration.openshift.io/"
 SA_RULES = [
@@ -34,6 +33,41 @@ SA_RULES = [
 ]
 # deploy/rbac.yaml grants this one in the operator's namespace only (a Role, as the MCD's).
 NAMESPACED_SA_RULES = [("get", "", "configmaps")]
+IMAGE = "quay.example/os/node"
+CHECK = """#!/bin/sh
+state=$(cat "$IMAGE_MODE_AGENT_ROOT/usr/lib/app/healthy" 2>/dev/null)
+[ "$state" = yes ] || { echo "app unhealthy (${state:-missing})"; exit 1; }
+"""
+
+
+async def stop_processes(procs: list[asyncio.subprocess.Process]) -> None:
+    """SIGTERM the agents still running (ours only), SIGKILL what does not stop in 10 s."""
+    for proc in procs:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+def make_host(base: Path) -> tuple[SimulatedHost, dict[str, str]]:
+    """A simulated host booted on v1 with a health check, and the images it can pull."""
+    sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
+    check = sim.root / "etc/image-mode-agent/check/required.d/50-app"
+    check.parent.mkdir(parents=True)
+    check.write_text(CHECK)
+    check.chmod(0o755)
+    digest = sim.status_document()["status"]["booted"]["image"]["imageDigest"]
+    images = {
+        "v1": f"{IMAGE}@{digest}",
+        "v2": sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"}),
+        "bad": sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"}),
+        "slow": sim.add_image(f"{IMAGE}:v4-slow", {"usr/lib/app/healthy": "yes"}, pull_seconds=4),
+        "missing": f"{IMAGE}@sha256:" + "9" * 64,
+    }
+    return sim, images
 
 
 @dataclass

@@ -152,17 +152,15 @@ class Demo:
 
 
 def run_demo(keep: bool = False, file_mode: bool = False) -> int:
-    """The cluster timeline when the loopback API server is at hand (a checkout), else the
+    """The cluster timeline on the embedded loopback API server, or (`--file-mode`) the
     file-mode timeline on the simulated host alone."""
-    from agent.demo_cluster import fakekube_available, run_cluster_demo
+    from agent.demo.cluster import run_cluster_demo
 
     base = Path(tempfile.mkdtemp(prefix="image-mode-agent-demo-"))
     demo = Demo(base)
     try:
-        if not file_mode and fakekube_available():
-            return run_cluster_demo(base)
         if not file_mode:
-            print("(no loopback API server in this installation: file-mode demo)\n")
+            return run_cluster_demo(base)
         demo.main()
         return 0
     except (DemoFailed, subprocess.TimeoutExpired) as exc:

@@ -1,5 +1,5 @@
 """`image-mode-agent demo` on an embedded loopback cluster: the machine-config-controller's
-side is played by the loopback API server (tests/fakekube) and its drain-controller simulator;
+side is played by the loopback API server (agent/demo/fakekube) and its drain-controller simulator;
 the agent is the real process; the host is simulated. The timeline prints every change of the
 MCO annotations on the Node object as the API server commits it."""
 
@@ -11,18 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.demo.loopback import Cluster, P
+
 SHOWN = ("state", "desiredConfig", "currentConfig", "desiredImage", "currentImage",
          "desiredDrain", "lastAppliedDrain", "post-config-action", "reason")  # fmt: skip
-
-
-def fakekube_available() -> bool:
-    """The loopback API server ships in the repository's tests/, not in the wheel."""
-    top = Path(__file__).resolve().parents[1]
-    if (top / "tests" / "fakekube" / "__init__.py").exists():
-        if str(top) not in sys.path:
-            sys.path.insert(0, str(top))
-        return True
-    return False
 
 
 class DemoFailed(Exception):
@@ -77,8 +69,6 @@ class ClusterDemo:
         raise DemoFailed("did not settle")
 
     async def main(self) -> None:
-        from tests.clusterkit import Cluster, P
-
         cluster = await Cluster.create(self.base)
         try:
             cluster.kube.add_hook(self.on_change)

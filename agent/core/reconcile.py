@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import posixpath
 
+from agent.core.policy import FORCE_FILE
 from agent.model.diff import core_user
 from agent.model.machineconfig import MachineConfig
-from agent.policy import FORCE_FILE
 
 
 def unreconcilable_reasons(current: MachineConfig, desired: MachineConfig) -> list[str]:

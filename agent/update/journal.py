@@ -8,8 +8,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from agent.durable import write_atomic
 from agent.errors import HostError
+from agent.host.durable import write_atomic
 
 JOURNAL_VERSION = 1
 

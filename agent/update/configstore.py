@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.durable import write_atomic
 from agent.errors import HostError, InputError
+from agent.host.durable import write_atomic
 from agent.model.machineconfig import MachineConfig, parse_machine_config
 
 

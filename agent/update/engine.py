@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from agent.configstore import ConfigStore
-from agent.desired import Desired
+from agent.core.desired import Desired
+from agent.core.plan import CORE, Plan, live_changes, plan_update
+from agent.core.policy import BUILTIN_POLICY, LivePolicy
+from agent.core.verify import AfterBoot, BootFacts, decide_after_boot
 from agent.errors import HostError, InputError
 from agent.host.ports import Host, Progress, ProgressCallback
-from agent.journal import IN_FLIGHT, Journal, Phase, Record
 from agent.model.bootc_status import BootcHost
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import MachineConfig, parse_machine_config
-from agent.plan import CORE, Plan, live_changes, plan_update
-from agent.policy import BUILTIN_POLICY, LivePolicy
-from agent.verify import AfterBoot, BootFacts, decide_after_boot
+from agent.update.configstore import ConfigStore
+from agent.update.journal import IN_FLIGHT, Journal, Phase, Record
 
 DONE, WORKING, REBOOTING = "Done", "Working", "Rebooting"
 DEGRADED, UNRECONCILABLE = "Degraded", "Unreconcilable"

@@ -10,11 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.model.diff import ConfigDiff, core_user, diff_configs, ssh_keys_of
-from agent.model.ignition import FileEntry, Owner
-from agent.model.imageref import ImageRef
-from agent.model.machineconfig import MachineConfig, empty_machine_config
-from agent.policy import (
+from agent.core.policy import (
     BUILTIN_POLICY,
     CLOUD_CA,
     FORCED_MODES,
@@ -28,7 +24,11 @@ from agent.policy import (
     LivePolicy,
     requires_drain,
 )
-from agent.reconcile import unreconcilable_reasons
+from agent.core.reconcile import unreconcilable_reasons
+from agent.model.diff import ConfigDiff, core_user, diff_configs, ssh_keys_of
+from agent.model.ignition import FileEntry, Owner
+from agent.model.imageref import ImageRef
+from agent.model.machineconfig import MachineConfig, empty_machine_config
 
 NEVER_DELETED = frozenset({KUBELET_CA, CLOUD_CA, USER_CA_BUNDLE})  # as the MCD's deleteStaleData
 CORE = Owner(name="core")

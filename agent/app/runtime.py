@@ -14,14 +14,23 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
-from agent.durable import write_json
-from agent.engine import DEGRADED, DONE, REBOOTING, UNRECONCILABLE, WORKING, Engine, Hooks, Outcome
+from agent.core.policy import Allowlist
 from agent.errors import HostError, InputError
+from agent.host.durable import write_json
 from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
 from agent.observe.http import StatusBoard
-from agent.policy import Allowlist
 from agent.sources.file import FileWatch, load_desired
+from agent.update.engine import (
+    DEGRADED,
+    DONE,
+    REBOOTING,
+    UNRECONCILABLE,
+    WORKING,
+    Engine,
+    Hooks,
+    Outcome,
+)
 
 if TYPE_CHECKING:  # the real-host adapters (dbus-fast) load only when a real host is used
     from agent.host.local import LocalOptions

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.cluster.kube import Kube, KubeError
 from agent.cluster.watch import ObjectWatch
-from tests.clusterkit import Cluster, P
+from agent.demo.loopback import Cluster, P
 
 READS, WRITES = ("get", "list", "watch"), ("create", "update", "patch", "delete")
 

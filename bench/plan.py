@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent.core.plan import plan_update
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import parse_machine_config
-from agent.plan import plan_update
 
 IMAGE = "quay.example/os/node@sha256:" + "a" * 64
 

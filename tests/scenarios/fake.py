@@ -1,4 +1,4 @@
-"""The scenarios' primitives on the project's loopback API server (tests/fakekube)."""
+"""The scenarios' primitives on the project's loopback API server (agent/demo/fakekube)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""fakekube: a loopback kube-apiserver for tests of the node agent.
+"""fakekube: a loopback kube-apiserver, for `image-mode-agent demo` and the agent's tests.
 
 It speaks real HTTP on 127.0.0.1 (aiohttp), so the agent uses the real kubernetes-asyncio
 client, and it behaves like kube-apiserver v1.32 with `--authorization-mode=Node,RBAC` wherever
@@ -7,7 +7,7 @@ module-global: several servers may run in one process.
 
 Quick tour::
 
-    from agent.demo.fakekube import FakeKube, Identity   # or `from fakekube import ...`
+    from agent.demo.fakekube import FakeKube, Identity
 
     kube = FakeKube(bookmark_interval=0.2)           # keyword options, see FakeKube.__init__
     await kube.start()                               # random free port; kube.url, kube.port

@@ -80,7 +80,7 @@ def test_metrics_from_engine_notices() -> None:
     assert "mcd_pivot_errors_total 2.0" in text
     assert "mcd_reboots_failed_total 1.0" in text
     assert "image_mode_agent_rollbacks_total 1.0" in text
-    assert 'image_mode_agent_update_duration_seconds_count{verdict="rolled-back"} 1.0' in text
+    assert 'image_mode_agent_update_duration_seconds_count{result="rolled-back"} 1.0' in text
     metrics.notice("staged", "img", None)
     assert "mcd_pivot_errors_total 0.0" in metrics.render().decode()
     metrics.record_state("Working", "")

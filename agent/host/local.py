@@ -44,7 +44,7 @@ async def kubelet_healthy(url: str, deadline: float, interval: float = 2.0) -> C
             try:
                 async with session.get(url) as resp:
                     if resp.status == 200:
-                        return CheckResult("kubelet-healthz", True, "ok")
+                        return CheckResult("kubelet-healthz", True, True, "ok")
                     detail = f"HTTP {resp.status}: {(await resp.text())[:100]}"
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 detail = str(exc) or type(exc).__name__

@@ -22,15 +22,13 @@ class Metrics:
                                       registry=r)  # fmt: skip
         self.pivot_errors = Gauge("mcd_pivot_errors_total", "Staging failures since the last "
                                   "success (a gauge, as the MCD's)", registry=r)  # fmt: skip
-        self.config_drift = Gauge("mcd_config_drift", "Time config drift was detected (0: none)",
-                                  registry=r)  # fmt: skip
         self.phase = Gauge("image_mode_agent_phase", "1 for the journal's current phase",
                            ["phase"], registry=r)  # fmt: skip
         self.staging_bytes = Gauge("image_mode_agent_staging_bytes", "Staging progress",
                                    ["kind"], registry=r)  # fmt: skip
         self.update_seconds = Histogram(
             "image_mode_agent_update_duration_seconds", "From the first step of an update to "
-            "its end (a reboot in between included)", ["verdict"], registry=r,
+            "its end (a reboot in between included), by result", ["result"], registry=r,
             buckets=(0.05, 0.25, 1, 5, 30, 120, 600, 1800, 3600),
         )  # fmt: skip
         self.rollbacks = Counter("image_mode_agent_rollbacks", "Automatic rollbacks",

@@ -251,7 +251,7 @@ async def test_a_staged_digest_being_replaced_is_staged_again(
     runner = ProcessUnitRunner()
     first, second = host.adapter(tmp_path, runner=runner), host.adapter(tmp_path, runner=runner)
     await first.stage(ref(D2))
-    host.configure(progress_delay=0.2)
+    host.configure(progress_delay=1.0)  # D3 is still pulling when D2 comes, even under load
     newer = asyncio.create_task(first.stage(ref(D3)))
     async with asyncio.timeout(10):
         while not (await runner.unit_state(first.unit)).running:

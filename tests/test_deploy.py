@@ -122,7 +122,7 @@ def test_probes_reach_what_the_agent_serves() -> None:
     served = {r.resource.canonical for r in make_app(StatusBoard()).router.routes()}
     assert {get["path"] for get in probes.values()} <= served
     assert "limits" not in agent["resources"]
-    assert agent["resources"]["requests"]["memory"] == "80Mi"
+    assert {"cpu", "memory"} <= agent["resources"]["requests"].keys()
 
 
 async def test_probe_paths_answer_as_the_kubelet_expects() -> None:

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, config
+
+from agent.cluster.kubeclient import (
+    ApiClient,
+    Configuration,
+    load_incluster_config,
+    load_kube_config,
+)
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -36,13 +42,13 @@ class KubeError(Exception):
 TRANSIENT = (aiohttp.ClientError, TimeoutError, ConnectionError, OSError)
 
 
-async def load_configuration(kubeconfig: str | None) -> client.Configuration:
+async def load_configuration(kubeconfig: str | None) -> Configuration:
     """A kubeconfig file, or the pod's in-cluster service account when None."""
-    cfg = client.Configuration()
+    cfg = Configuration()
     if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        await load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
-        config.load_incluster_config(client_configuration=cfg)
+        load_incluster_config(client_configuration=cfg)
     return cfg
 
 
@@ -53,14 +59,14 @@ class RequestCounter:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient, timeout: float = 30.0) -> None:
+    def __init__(self, api: ApiClient, timeout: float = 30.0) -> None:
         self.api = api
         self.timeout = timeout
         self.counter = RequestCounter()
 
     @classmethod
     async def connect(cls, kubeconfig: str | None, timeout: float = 30.0) -> Kube:
-        return cls(client.ApiClient(configuration=await load_configuration(kubeconfig)), timeout)
+        return cls(ApiClient(configuration=await load_configuration(kubeconfig)), timeout)
 
     async def close(self) -> None:
         await self.api.close()

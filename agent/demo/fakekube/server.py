@@ -23,7 +23,7 @@ from .store import Change, Obj, Store
 from .watch import EndWatch
 
 if TYPE_CHECKING:
-    from kubernetes_asyncio.client import Configuration
+    from agent.cluster.kubeclient import Configuration
 
     from .drain_controller import DrainController
 
@@ -270,7 +270,7 @@ class FakeKube:
 
     def client_configuration(self, identity: Identity | str | None = None) -> Configuration:
         """A kubernetes_asyncio Configuration talking to this server as `identity`."""
-        from kubernetes_asyncio.client import Configuration
+        from agent.cluster.kubeclient import Configuration
 
         cfg = Configuration(host=self.url)
         cfg.api_key = {"BearerToken": self.token_for(identity)}

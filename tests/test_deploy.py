@@ -97,7 +97,7 @@ def test_agent_listens_on_the_mcd_metrics_address_of_the_host_loopback() -> None
     pod = _pod()
     assert pod["hostNetwork"] is True and pod["hostPID"] is True
     agent = _container("agent")
-    assert agent["securityContext"] == {"privileged": True}
+    assert agent["securityContext"] == {"privileged": True, "runAsUser": 0}
     mounts = {m["mountPath"] for m in agent["volumeMounts"]}
     assert mounts == {"/rootfs", "/run/dbus/system_bus_socket"}
     assert "/rootfs/var/lib/kubelet/kubeconfig" in agent["command"]

@@ -188,3 +188,28 @@ async def test_staging_the_booted_image_pulls_nothing_and_drops_a_staged_one(
     await bootc.stage(v2)
     await bootc.stage(booted)
     assert slots(sim)["staged"] is None and pulls(sim, booted) == []
+
+
+@pytest.mark.parametrize("euid", [0, 1001])
+def test_an_unprivileged_user_runs_a_simulated_host_without_owners(
+    sim: SimulatedHost, monkeypatch: pytest.MonkeyPatch, euid: int
+) -> None:
+    """The demo from a plain install, or in the DaemonSet image as its non-root default user:
+    the files are written with their modes, owners are only set by root (a chown to `core`
+    would be refused), and an unknown owner still fails as on a real host."""
+    from agent.core.policy import Allowlist
+    from agent.model.ignition import Owner
+
+    monkeypatch.setattr("agent.host.simulated.os.geteuid", lambda: euid)
+    files = sim.host(Allowlist().allows).files
+    path = "/home/core/.ssh/authorized_keys.d/ignition"
+    chowns: list[tuple[int, int]] = []
+    monkeypatch.setattr("agent.host.files.os.fchown", lambda fd, u, g: chowns.append((u, g)))
+    files.write(path, b"ssh-ed25519 AAAA\n", mode=0o600, user=Owner(name="core"),
+                group=Owner(name="core"))  # fmt: skip
+    written = sim.root / path.lstrip("/")
+    assert written.read_bytes() == b"ssh-ed25519 AAAA\n" and written.stat().st_mode & 0o777 == 0o600
+    assert chowns == ([(1000, 1000)] if euid == 0 else [])  # core in the simulated passwd
+    with pytest.raises(HostError) as err:
+        files.write(path, b"x", mode=0o600, user=Owner(name="nobody-here"), group=Owner())
+    assert err.value.kind == "owner"

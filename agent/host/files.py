@@ -44,9 +44,14 @@ def _lookup(db: Path, name: str, what: str) -> int:
 class RootedFiles:
     """The files port over a host root directory (`/` on a real host)."""
 
-    def __init__(self, root: Path, is_allowed: Callable[[str], bool]) -> None:
+    def __init__(self, root: Path, is_allowed: Callable[[str], bool], *,
+                 set_owner: bool = True) -> None:  # fmt: skip
         self.root = Path(root)
         self._is_allowed = is_allowed
+        # False only for a simulated host run by an unprivileged user (the demo from a plain
+        # `pip install`, the DaemonSet image's non-root default): owners are still looked up,
+        # so an unknown user fails as on a real host, but not set.
+        self._set_owner = set_owner
 
     # -- ownership -----------------------------------------------------------------------
     def _uid(self, owner: Owner) -> int:
@@ -115,7 +120,8 @@ class RootedFiles:
                 dir_fd=dirfd,
             )  # fmt: skip
             try:
-                os.fchown(fd, uid, gid)
+                if self._set_owner:
+                    os.fchown(fd, uid, gid)
                 os.fchmod(fd, mode)
                 view = memoryview(contents)
                 while view:
@@ -143,7 +149,8 @@ class RootedFiles:
                     f"refusing {path}: a symlink or not a directory", kind="path"
                 ) from (exc)
             try:
-                os.fchown(fd, uid, gid)
+                if self._set_owner:
+                    os.fchown(fd, uid, gid)
                 os.fchmod(fd, mode)
             finally:
                 os.close(fd)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -284,7 +285,7 @@ class SimulatedHost:
     def host(self, is_allowed: Callable[[str], bool], check_timeout: float = 30.0) -> Host:
         return Host(
             root=self.root,
-            files=RootedFiles(self.root, is_allowed),
+            files=RootedFiles(self.root, is_allowed, set_owner=os.geteuid() == 0),
             bootc=SimulatedBootc(self),
             system=SimulatedSystem(self),
             health=CheckRunner(self.root, check_timeout),

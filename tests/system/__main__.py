@@ -17,9 +17,10 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.system.image_scenarios import ALL_SCENARIOS as SCENARIOS
 from tests.system.machine import MachineError
 from tests.system.rootfs import ensure_rootfs
-from tests.system.scenarios import SCENARIOS, Scenario, diagnostics, probe_agent
+from tests.system.scenarios import Scenario, diagnostics, probe_agent
 from tests.system.world import World, cleanup
 
 TOOLS = ("mmdebstrap", "systemd-nspawn", "docker-registry", "skopeo", "nsenter", "journalctl")
@@ -42,20 +43,26 @@ def run_one(world: World, scenario: Scenario, blocked: str | None) -> Result:
     if scenario.needs_agent and blocked:
         return Result(scenario.name, False, 0, 0.0, blocked)
     start = time.monotonic()
-    machine = world.machine(scenario.name)
+    machine = None
     try:
+        # A scenario's own lower tree (a built image) is part of the scenario: its failures too.
+        lower = scenario.lower(world) if scenario.lower else None
+        machine = world.machine(scenario.name, lower)
         scenario.run(world, machine)
         return Result(scenario.name, True, machine.boots, time.monotonic() - start)
     except MachineError as exc:
         detail = str(exc)
-        if scenario.needs_agent:
+        if scenario.needs_agent and machine:
             detail += "\n" + diagnostics(machine)
-        return Result(scenario.name, False, machine.boots, time.monotonic() - start, detail)
+        boots = machine.boots if machine else 0
+        return Result(scenario.name, False, boots, time.monotonic() - start, detail)
     except Exception:  # a harness bug must still report and clean up the machine
         detail = traceback.format_exc(limit=4)
-        return Result(scenario.name, False, machine.boots, time.monotonic() - start, detail)
+        boots = machine.boots if machine else 0
+        return Result(scenario.name, False, boots, time.monotonic() - start, detail)
     finally:
-        world.destroy(machine)
+        if machine:
+            world.destroy(machine)
 
 
 def reap_stale(base: Path) -> None:

@@ -46,8 +46,10 @@ class Machine:
 
     # ---- disk ---------------------------------------------------------------------------------
 
-    def create(self) -> Machine:
-        """Mount the overlay (instant, unlike copying 430 MB) and give the machine its identity."""
+    def create(self, agent_link: bool = True) -> Machine:
+        """Mount the overlay (instant, unlike copying 430 MB) and give the machine its identity.
+        `agent_link=False` keeps the lower tree's own /usr/bin/image-mode-agent (an image that
+        installs the agent itself) instead of pointing it at the bind-mounted source."""
         for d in ("upper", "ovwork", "root"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         opts = (
@@ -59,7 +61,8 @@ class Machine:
         self.write("/etc/hostname", self.name + "\n")
         # The stand-in bootc and its boot-time "bootloader" unit, bind-mounted from the repo.
         self.symlink("/usr/bin/bootc", f"{GUEST_MOUNT}/bootc")
-        self.symlink("/usr/bin/image-mode-agent", "/usr/local/bin/image-mode-agent")
+        if agent_link:
+            self.symlink("/usr/bin/image-mode-agent", "/usr/local/bin/image-mode-agent")
         self.install_unit(GUEST / "standin-bootc-boot.service", "sysinit.target")
         for unit in ("bootc-fetch-apply-updates.service", "bootc-fetch-apply-updates.timer"):
             self.write(f"/usr/lib/systemd/system/{unit}", (GUEST / unit).read_text())

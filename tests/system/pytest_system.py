@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.system.__main__ import TOOLS, run_one
+from tests.system.image_scenarios import ALL_SCENARIOS as SCENARIOS
 from tests.system.rootfs import ensure_rootfs
-from tests.system.scenarios import SCENARIOS, Scenario, probe_agent
+from tests.system.scenarios import Scenario, probe_agent
 from tests.system.world import World, cleanup
 
 pytestmark = pytest.mark.skipif(

@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.system.machine import Machine, MachineError
 from tests.system.rootfs import REPO
@@ -33,6 +34,8 @@ class Scenario:
     run: Callable[[World, Machine], None]
     needs_agent: bool = True
     doc: str = ""
+    # The machine's lower tree when not the cached rootfs (e.g. a built bootc image's root).
+    lower: Callable[[World], Path] | None = None
 
 
 # ---- helpers --------------------------------------------------------------------------------

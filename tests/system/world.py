@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,7 @@ class World:
     auth_registry: Registry | None = None
     images: dict[str, Image] = field(default_factory=dict)
     host_mode: str = "local"  # `--host` value the agent's CLI accepts (scenarios.probe_agent)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)  # run by stop(), last first
 
     def start(self) -> World:
         self.registry = Registry(self.workdir / "registry").start()
@@ -94,18 +96,23 @@ class World:
         return self
 
     def stop(self) -> None:
+        while self.cleanups:
+            self.cleanups.pop()()
         for reg in (self.registry, self.auth_registry):
             if reg:
                 reg.stop()
 
     # ---- machines -----------------------------------------------------------------------------
 
-    def machine(self, name: str) -> Machine:
+    def machine(self, name: str, lower: Path | None = None) -> Machine:
+        """A machine over the cached rootfs, or over `lower`: a built image's root that ships
+        the agent itself (its /usr/bin/image-mode-agent is then kept)."""
         # The hostname doubles as nspawn's machine name (its /run/systemd/nspawn/propagate/ dir):
         # unique per run, so two runs on one host never collide.
         # (nspawn accepts only hostname characters: no "_", which mkdtemp names may hold.)
         unique = f"{name}-{hashlib.sha256(str(self.workdir).encode()).hexdigest()[:6]}"
-        machine = Machine(self.rootfs, self.workdir / "machines" / name, unique).create()
+        machine = Machine(lower or self.rootfs, self.workdir / "machines" / name, unique)
+        machine.create(agent_link=lower is None)
         assert self.registry and self.auth_registry
         # Plain HTTP on loopback, as containers-image's registries.conf allows (bootc reads it).
         conf = "".join(
@@ -151,7 +158,11 @@ class World:
                 ["timeout", "30", "systemctl", f"--root={machine.root}", "enable", unit],
                 check=True, capture_output=True,
             )  # fmt: skip
-        # The unit takes its arguments from agent.env (IMAGE_MODE_AGENT_ARGS).
+        self.configure_agent(machine, image, key)
+
+    def configure_agent(self, machine: Machine, image: Image, key: str = KEY_A) -> None:
+        """File mode: the unit takes its arguments from agent.env (IMAGE_MODE_AGENT_ARGS), the
+        desired state from desired.yaml."""
         args = f"--source file:{DESIRED} --host {self.host_mode}"
         machine.write(AGENT_ENV, f'IMAGE_MODE_AGENT_ARGS="{args}"\n')
         self.set_desired(machine, image, key)

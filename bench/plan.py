@@ -1,11 +1,10 @@
 """Benchmark: `plan` on a MachineConfig with 5,000 files (50 MiB) against one that changes a
-tenth of them; and the agent's idle resident memory.
+tenth of them. (The agent's resident memory, both modes: bench/live_apply.py.)
 
     python bench/plan.py [--files 5000] [--total-mib 50] [--runs 7]
 
 Prints the median of repeated runs in one process for: parsing both documents, planning
-(diff + verdict) on the parsed configs, and both together; then the resident memory of an idle
-`image-mode-agent run` process on a simulated host. Targets: plan <= 200 ms, idle RSS <= 60 MiB.
+(diff + verdict) on the parsed configs, and both together. Target: plan <= 200 ms.
 """
 
 from __future__ import annotations
@@ -13,12 +12,9 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -58,36 +54,6 @@ def median_ms(fn, runs: int) -> float:
     return statistics.median(samples)
 
 
-def idle_rss_mib(settle: float = 3.0) -> float:
-    """Start the agent in file mode on a fresh simulated host, let it reach Done and idle,
-    then read VmRSS from /proc."""
-    base = Path(tempfile.mkdtemp(prefix="bench-rss-"))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [sys.executable, "-m", "agent", "--log-level", "warning"]
-    subprocess.run([*cmd, "sim", "create", str(base / "h"), "--image", "quay.example/os/n:v1"],
-                   check=True, capture_output=True, env=env)  # fmt: skip
-    digest = json.loads((base / "h/host.json").read_text())["booted"]["digest"]
-    (base / "mc.json").write_text(json.dumps({
-        "kind": "MachineConfig", "metadata": {"name": "r1"},
-        "spec": {"osImageURL": f"quay.example/os/n@{digest}", "config": {
-            "ignition": {"version": "3.4.0"},
-            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k"]}]}}},
-    }))  # fmt: skip
-    proc = subprocess.Popen([*cmd, "run", "--source", f"file:{base / 'mc.json'}", "--host",
-                             f"simulated:{base / 'h'}"], env=env)  # fmt: skip
-    try:
-        time.sleep(settle)
-        status = Path(base / "h/root/var/lib/image-mode-agent/status.json")
-        assert json.loads(status.read_text())["state"] == "Done", "agent did not reach Done"
-        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmRSS")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=5000)
@@ -114,8 +80,6 @@ def main() -> int:
           f" (target <= 200 ms)")  # fmt: skip
     print(f"parse both documents:                median {parse_ms:.1f} ms over {args.runs} runs")
     print(f"parse + plan:                        {parse_ms + plan_ms:.1f} ms")
-    rss = idle_rss_mib()
-    print(f"idle agent resident memory:          {rss:.1f} MiB (target <= 60 MiB)")
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agent.core.desired import Desired
 from agent.core.policy import Allowlist
-from agent.demo.loopback import CHECK, IMAGE
+from agent.demo.loopback import IMAGE, make_host
 from agent.host.simulated import SimulatedHost
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import machine_config_from_object
@@ -28,18 +28,10 @@ class World:
 
     @classmethod
     def create(cls, base: Path) -> World:
-        sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
-        check = sim.root / "etc/image-mode-agent/check/required.d/50-app"
-        check.parent.mkdir(parents=True)
-        check.write_text(CHECK)
-        check.chmod(0o755)
-        world = cls(base, sim)
-        booted = sim.status_document()["status"]["booted"]["image"]["imageDigest"]
-        world.images["v1"] = f"{IMAGE}@{booted}"
-        world.images["v2"] = sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"})
-        world.images["bad-check"] = sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"})
-        world.images["no-boot"] = sim.add_image(f"{IMAGE}:v4", {}, boot_fails=True)
-        world.images["missing"] = f"{IMAGE}@sha256:" + "9" * 64
+        sim, images = make_host(base)
+        images["bad-check"] = images.pop("bad")
+        images["no-boot"] = sim.add_image(f"{IMAGE}:v4", {}, boot_fails=True)
+        world = cls(base, sim, images)
         return world
 
     def desired(self, name: str, image: str, **kwargs) -> Desired:

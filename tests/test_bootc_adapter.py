@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from agent.core.trust import StageTrust
 from agent.errors import HostError
 from agent.host import bootc_errors
 from agent.host.bootc import STAGE_PRIORITY, Bootc, BootcTimeouts, progress_from_event
@@ -481,8 +482,15 @@ def test_progress_events() -> None:
         ("error: Upgrading: Insufficient free space for update", "disk-space"),
         ("Waiting for sysroot lock...\nerror: something", "lock"),
         ("error: Rollback: No rollback available", "other"),
+        ("error: Switching: Pulling: Creating importer: failed to invoke method OpenImage: "
+         "Source image rejected: A signature was required, but no signature exists", "signature"),
+        ("error: ...: Source image rejected: Invalid GPG signature: gpgme_op_verify", "signature"),
+        ("error: ...: Running image docker://q.io/os@sha256:1 is rejected by policy.",
+         "signature"),
+        ("error: ...: containers-policy.json specifies a default of `insecureAcceptAnything`; "
+         "refusing usage", "signature"),
     ],
-)
+)  # fmt: skip
 def test_error_classification(stderr: str, kind: str) -> None:
     assert bootc_errors.classify(stderr) == kind
 
@@ -493,3 +501,61 @@ def test_error_message_is_the_error_lines() -> None:
     assert str(bootc_errors.failure("bootc switch", "", 1)) == (
         "bootc switch failed with exit status 1"
     )
+
+
+# -- signatures (core/trust.py decides; the adapter passes it on) ---------------------------------
+ENFORCED = StageTrust(enforce=True, scope="default: reject")
+
+
+async def test_an_enforced_stage_asks_bootc_to_verify(host: StandinHost, tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    bootc = host.adapter(tmp_path, runner=runner)
+    assert (await bootc.capabilities()).sigpolicy
+    await bootc.stage(ref(D2), trust=ENFORCED)
+    (switch,) = host.verb_calls("switch")
+    assert switch[:4] == ["switch", "--transport", "registry", "--enforce-container-sigpolicy"]
+    assert "BindReadOnlyPaths" not in runner.started[0][1]  # the host's own policy
+
+
+async def test_an_unenforced_stage_passes_no_flag(host: StandinHost, tmp_path: Path) -> None:
+    await host.adapter(tmp_path).stage(ref(D2), trust=StageTrust(scope="no policy"))
+    (switch,) = host.verb_calls("switch")
+    assert "--enforce-container-sigpolicy" not in switch
+
+
+@pytest.mark.parametrize(
+    ("trust", "configure", "words"),
+    [
+        (StageTrust(refusal="quay.example/os is rejected by policy.json"), {}, "rejected"),
+        (ENFORCED, {"switch_sigpolicy": False}, "no `bootc switch --enforce-container-sigpolicy`"),
+        (StageTrust(enforce=True, policy=b"{}"), {}, "needs a systemd unit to mount it"),
+    ],
+)
+async def test_a_stage_that_cannot_be_verified_never_starts(
+    host: StandinHost, tmp_path: Path, trust: StageTrust, configure: dict, words: str
+) -> None:
+    host.configure(**configure)
+    with pytest.raises(HostError) as err:
+        await host.adapter(tmp_path).stage(ref(D2), trust=trust)
+    assert err.value.kind == "signature" and words in str(err.value)
+    assert host.verb_calls("switch") == []
+
+
+async def test_a_running_stage_under_other_trust_is_not_adopted(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    """A pre-stage started unverified is replaced, not adopted, by a stage that must verify."""
+    host.configure(progress_delay=0.3)
+    runner = ProcessUnitRunner()
+    first = host.adapter(tmp_path, runner=runner)
+    unverified = asyncio.create_task(first.stage(ref(D2)))
+    for _ in range(200):
+        if (await runner.unit_state("image-mode-agent-stage.service")).running:
+            break
+        await asyncio.sleep(0.01)
+    second = host.adapter(tmp_path, runner=runner)
+    await second.stage(ref(D2), trust=ENFORCED)
+    with pytest.raises(HostError):
+        await unverified  # superseded
+    switches = host.verb_calls("switch")
+    assert len(switches) == 2 and "--enforce-container-sigpolicy" in switches[1]

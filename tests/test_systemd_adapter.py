@@ -25,9 +25,11 @@ from dbus_fast.annotations import DBusBool, DBusStr, DBusUInt32, DBusUnixFd
 from dbus_fast.constants import PropertyAccess
 from dbus_fast.service import ServiceInterface, dbus_method, dbus_property
 
+from agent.core.trust import StageTrust
 from agent.errors import HostError
 from agent.host.ports import Progress
 from agent.host.systemd import Notifier, Systemd, as_variant
+from agent.model.sigpolicy import POLICY_PATH
 from tests.test_bootc_adapter import D1, D2, NAME, STANDIN, StandinHost, ref
 
 REPO = Path(__file__).resolve().parents[1]
@@ -539,3 +541,25 @@ def test_standin_is_executable() -> None:
 def test_bus_choice_defaults_to_system() -> None:
     assert Systemd()._bus_type == BusType.SYSTEM
     assert Systemd(system_bus=False)._bus_type == BusType.SESSION
+
+
+async def test_a_stage_policy_is_mounted_for_the_stage_unit_only(
+    user_manager: UserManager, standin: StandinHost, tmp_path: Path
+) -> None:
+    """OpenShift's policy (default insecureAcceptAnything) cannot be enforced by bootc as it
+    is: the stage unit sees the stage policy at /etc/containers/policy.json through its own
+    read-only bind mount, and the host's file is untouched."""
+    host_policy = Path(POLICY_PATH)
+    before = host_policy.read_bytes() if host_policy.exists() else None
+    stage_policy = b'{"default": [{"type": "reject"}]}\n'
+    async with user_manager.client() as bus:
+        bootc = standin.adapter(tmp_path, runner=bus)
+        trust = StageTrust(enforce=True, scope="test", policy=stage_policy)
+        await bootc.stage(ref(D2), trust=trust)
+    starts = [e for e in standin.log() if e["phase"] == "start" and "--help" not in e["argv"]]
+    (seen,) = [e for e in starts if e["argv"][0] == "switch"]
+    assert "--enforce-container-sigpolicy" in seen["argv"]
+    assert seen["policy"] == stage_policy.decode()
+    assert (host_policy.read_bytes() if host_policy.exists() else None) == before
+    written = tmp_path / "run" / "image-mode-agent-stage.service.policy.json"
+    assert written.stat().st_mode & 0o777 == 0o600

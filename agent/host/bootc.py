@@ -18,7 +18,11 @@
 - Never `--apply` (the agent journals its intent, then reboots itself), never
   `--mutate-in-place`.
 - Registry credentials: bootc reads /run/ostree/auth.json. The files port writes it (policy
-  mirrors the pull secret there, 0600), so this adapter does not."""
+  mirrors the pull secret there, 0600), so this adapter does not.
+- Signatures (core/trust.py decides): `--enforce-container-sigpolicy` makes bootc verify the
+  image against the host's /etc/containers/policy.json (and registries.d) before it pulls a
+  layer. A stage policy (the host's with its default made `reject`) is bind-mounted read-only
+  over /etc/containers/policy.json in the stage unit's own mount namespace, never on the host."""
 
 from __future__ import annotations
 
@@ -33,12 +37,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from agent.core.trust import StageTrust
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.ports import Progress, ProgressCallback
 from agent.host.units import ProcessUnitRunner, UnitRunner, UnitState, run_process
 from agent.model.bootc_status import BootcHost, bootc_host_from_object
 from agent.model.imageref import ImageRef
+from agent.model.sigpolicy import POLICY_PATH
 
 STAGE_UNIT = "image-mode-agent-stage.service"
 _FORBIDDEN = frozenset({"--apply", "--mutate-in-place"})
@@ -73,6 +79,7 @@ class Capabilities:
     from_downloaded: bool = False  # `upgrade --from-downloaded` (bootc >= 1.5)
     soft_reboot: bool = False  # `upgrade --soft-reboot`
     progress_fd: bool = False  # `switch --progress-fd` (hidden upstream: probed by parse)
+    sigpolicy: bool = False  # `switch --enforce-container-sigpolicy`
 
 
 def progress_from_event(line: str) -> Progress | None:
@@ -172,6 +179,7 @@ class Bootc:
                 from_downloaded="--from-downloaded" in upgrade,
                 soft_reboot="--soft-reboot" in upgrade,
                 progress_fd=progress,
+                sigpolicy="--enforce-container-sigpolicy" in switch,
             )
         return self._caps
 
@@ -232,16 +240,33 @@ class Bootc:
         on_progress: ProgressCallback | None = None,
         *,
         locked: bool = False,
+        trust: StageTrust | None = None,
     ) -> None:
         """`bootc switch --transport registry NAME@DIGEST` (with `--download-only` where
         supported, so a plain reboot cannot apply it by accident) in the stage unit, at low
         priority; nothing when that digest is staged already. `locked` demands download-only:
-        kind `unsupported` where this bootc cannot, before anything is pulled."""
+        kind `unsupported` where this bootc cannot, before anything is pulled. `trust`: see
+        the module's docstring; a refusal or a policy this bootc cannot enforce is kind
+        `signature`, before anything runs."""
         if not image.pinned or image.digest is None:
             raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
+        trust = trust or StageTrust()
+        if trust.refusal:
+            raise HostError(trust.refusal, kind="signature")
         ref = str(image.with_digest(image.digest))  # bootc canonicalizes name:tag@d to name@d
         async with self._lock:
             caps = await self.capabilities()
+            if trust.enforce and not caps.sigpolicy:
+                raise HostError(
+                    f"cannot verify {ref}: this bootc has no `bootc switch "
+                    "--enforce-container-sigpolicy`",
+                    kind="signature",
+                )
+            if trust.policy is not None and not self.runner.can_bind_paths:
+                raise HostError(
+                    f"cannot verify {ref}: the stage policy needs a systemd unit to mount it",
+                    kind="signature",
+                )
             if locked and not caps.download_only:
                 raise HostError(
                     f"cannot stage {ref} locked: this bootc has no `bootc switch "
@@ -252,12 +277,14 @@ class Bootc:
             if await self._staged_already(image.digest):
                 return
             argv = [self.bootc, "switch", "--transport", "registry"]
+            if trust.enforce:
+                argv.append("--enforce-container-sigpolicy")
             if caps.download_only:
                 argv.append("--download-only")
             if caps.progress_fd:
                 argv += ["--progress-fd", "3"]
             argv.append(ref)
-            description = await self._start_or_adopt(ref, argv)
+            description = await self._start_or_adopt(ref, argv, trust)
             await self._follow(description, on_progress if caps.progress_fd else None)
 
     async def _staged_already(self, digest: str) -> bool:
@@ -267,18 +294,21 @@ class Bootc:
             return False
         return (await self._status()).staged_digest == digest
 
-    def _paths(self) -> tuple[Path, Path, Path, Path]:
-        """(stderr, progress) as the command sees them, then as the agent reads them."""
-        names = (f"{self.unit}.stderr", f"{self.unit}.progress")
+    def _paths(self, what: tuple[str, ...] = ("stderr", "progress")) -> tuple[Path, ...]:
+        """Files beside the stage (stderr, progress by default) as the command sees them,
+        then as the agent reads them."""
+        names = tuple(f"{self.unit}.{suffix}" for suffix in what)
         return (
-            self._run_dir / names[0],
-            self._run_dir / names[1],
-            self._local_run_dir / names[0],
-            self._local_run_dir / names[1],
+            *(self._run_dir / name for name in names),
+            *(self._local_run_dir / name for name in names),
         )
 
-    async def _start_or_adopt(self, ref: str, argv: list[str]) -> str:
+    async def _start_or_adopt(self, ref: str, argv: list[str], trust: StageTrust) -> str:
+        # The description names what the stage verifies: a stage started under other trust
+        # (a pre-stage before the policy changed) is never adopted.
         description = f"image-mode-agent: stage {ref}"
+        if trust.enforce:
+            description += " (signatures enforced)"
         state = await self.runner.unit_state(self.unit)
         if state.running and state.description == description:
             return description  # started by an earlier agent process: adopt, never start twice
@@ -291,9 +321,14 @@ class Bootc:
         for path in (local_err, local_prog):
             path.unlink(missing_ok=True)
         self._cancelled = False
+        properties = dict(STAGE_PRIORITY)
+        if trust.policy is not None:
+            policy, local_policy = self._paths(("policy.json",))
+            _write_private(local_policy, trust.policy)
+            properties["BindReadOnlyPaths"] = [(str(policy), POLICY_PATH, False, 0)]
         wrapped = ["/bin/sh", "-c", _WRAPPER, "image-mode-agent-stage", str(err), str(prog), *argv]
         await self.runner.start_transient_service(
-            self.unit, wrapped, env=self._env, properties=STAGE_PRIORITY, description=description
+            self.unit, wrapped, env=self._env, properties=properties, description=description
         )
         return description
 
@@ -361,6 +396,17 @@ class Bootc:
         state = await self.runner.unit_state(self.unit)
         if state.running:
             await self.runner.stop_unit(self.unit)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Whole or not at all, 0600: the unit mounts it as the host's policy."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 def _read_text(path: Path) -> str:

@@ -18,6 +18,17 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"no space left on device|enospc|os error 28|insufficient free space", re.I),
     ),
     (
+        # containers/image's policy verdicts ("Source image rejected: A signature was
+        # required, but no signature exists", "... is rejected by policy", "Invalid GPG
+        # signature") and ostree-ext's refusal of an insecure default under enforcement.
+        "signature",
+        re.compile(
+            r"source image rejected|rejected by policy|signature|refusing usage|"
+            r"insecureAcceptAnything",
+            re.I,
+        ),
+    ),
+    (
         "registry-auth",
         re.compile(
             r"\b(401|403)\b|unauthorized|authentication required|access denied|denied:|"

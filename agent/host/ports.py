@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from agent.core.trust import StageTrust
 from agent.model.bootc_status import BootcHost
 from agent.model.checks import CheckReport
 from agent.model.ignition import Owner
@@ -66,13 +67,16 @@ class BootcPort(Protocol):
         on_progress: ProgressCallback | None = None,
         *,
         locked: bool = False,
+        trust: StageTrust | None = None,
     ) -> None:
         """Pull and stage `image` (digest-pinned) for the next boot; never applies it. Returns
         at once when a deployment of that digest is staged already. Staging runs at low
         priority (idle I/O, low CPU weight). `locked`: the deployment must be download-only,
         so an ordinary reboot discards it instead of booting it; a bootc that cannot lock
         raises HostError kind `unsupported` before pulling anything. Unlocked, it is still
-        download-only where bootc supports that."""
+        download-only where bootc supports that. `trust` (core/trust.py): verify the image's
+        signatures against the host's policy; a refusal or a failed verification raises
+        HostError kind `signature` before the image is staged."""
         ...
 
     async def cancel_stage(self) -> None:

@@ -16,7 +16,11 @@ once is not pulled again.
 A reboot only marks the host; `boot()` (run when the next agent process starts, as a machine
 boots before its services) makes an unlocked staged deployment the booted one, discards a
 locked one, or falls back to the old one when the image or the host was marked to fail that
-boot."""
+boot.
+
+Signatures: an image may be `signed_by` key files (paths, as policy.json names them). A stage
+told to enforce reads root/etc/containers/policy.json (or the stage's own policy) and answers
+as containers/image does: refused before any layer is pulled, with its words."""
 
 from __future__ import annotations
 
@@ -31,13 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.errors import HostError
+from agent.core.trust import StageTrust
+from agent.errors import HostError, InputError
 from agent.host.durable import read_json, write_json
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback
 from agent.model.bootc_status import BootcHost, bootc_host_from_object
 from agent.model.imageref import ImageRef, parse_image_ref
+from agent.model.sigpolicy import POLICY_PATH, REJECT, parse_policy
 
 _PASSWD = "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/home/core:/bin/bash\n"
 _GROUP = "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n"
@@ -133,11 +139,15 @@ class SimulatedHost:
         boot_fails: bool = False,
         pull_seconds: float = 0.0,
         soft_reboot_capable: bool = False,
+        signed_by: tuple[str, ...] = (),
     ) -> str:
         """Put an image into the registry; returns its digest-pinned reference.
-        `soft_reboot_capable`: staged, it may be entered by a soft reboot (same kernel)."""
+        `soft_reboot_capable`: staged, it may be entered by a soft reboot (same kernel).
+        `signed_by`: the key files (as policy.json names them) whose signatures it carries."""
         image = parse_image_ref(ref)
         manifest = {"name": image.name, "tag": image.tag, "files": files, "boot_fails": boot_fails}
+        if signed_by:
+            manifest["signed_by"] = list(signed_by)
         if pull_seconds:
             manifest["pull_seconds"] = pull_seconds
         if soft_reboot_capable:
@@ -306,12 +316,16 @@ class SimulatedBootc:
         on_progress: ProgressCallback | None = None,
         *,
         locked: bool = False,
+        trust: StageTrust | None = None,
     ) -> None:
         """Pull the layers not cached yet (pull_seconds/LAYERS each), then stage locked: this
         bootc supports download-only, so `locked` needs nothing more. Cancelling the awaiting
         task stops the pull; the layers fetched so far stay cached."""
         if not image.pinned or image.digest is None:
             raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
+        trust = trust or StageTrust()
+        if trust.refusal:
+            raise HostError(trust.refusal, kind="signature")
         meta = self.sim._registry()["images"].get(image.digest)
         if meta is None or meta["name"] != image.name:
             raise HostError(
@@ -319,6 +333,8 @@ class SimulatedBootc:
                 f"OpenImage: reading manifest {image.digest} in {image.name}: manifest unknown",
                 kind="image-missing",
             )
+        if trust.enforce:
+            self._verify(image, meta, trust)
         staged = self.sim._state()["staged"]
         if staged is not None and staged["digest"] == image.digest:
             return
@@ -330,6 +346,40 @@ class SimulatedBootc:
             state["staged"] = {"ref": str(image), "digest": image.digest, "locked": True}
         write_json(self.sim._state_path, state)
         self.sim.log_action("bootc", f"switch --transport registry {image}")
+
+    def _verify(self, image: ImageRef, meta: dict[str, Any], trust: StageTrust) -> None:
+        """containers/image's verdict under the policy the stage sees."""
+        path = self.sim.root / POLICY_PATH.lstrip("/")
+        data = trust.policy if trust.policy is not None else _read_bytes(path)
+        prefix = "error: Switching: Pulling: Creating importer: "
+        try:
+            policy = parse_policy(data or b"")
+        except InputError as exc:
+            raise HostError(f"{prefix}invalid policy: {exc}", kind="signature") from None
+        if policy.default_insecure:
+            raise HostError(
+                f"{prefix}containers-policy.json specifies a default of `insecureAcceptAnything`; "
+                "refusing usage",
+                kind="signature",
+            )
+        rule = policy.rule_for(image)
+        rejected = f"{prefix}failed to invoke method OpenImage: Source image rejected: "
+        if rule.verdict == REJECT:
+            raise HostError(f"{rejected}Running image docker://{image} is rejected by policy.",
+                            kind="signature")  # fmt: skip
+        signatures = set(meta.get("signed_by", ()))
+        for requirement in rule.requirements:
+            if requirement.type not in ("signedBy", "sigstoreSigned"):
+                continue
+            if not signatures:
+                raise HostError(f"{rejected}A signature was required, but no signature exists",
+                                kind="signature")  # fmt: skip
+            if not signatures & set(requirement.key_paths):
+                raise HostError(
+                    f"{rejected}Invalid GPG signature: no signature by a key in "
+                    f"{', '.join(requirement.key_paths) or requirement.key}",
+                    kind="signature",
+                )
 
     async def _pull(
         self, digest: str, meta: dict[str, Any], on_progress: ProgressCallback | None
@@ -401,3 +451,10 @@ class SimulatedSystem:
         state["reboot_pending"] = "soft" if soft else "hard"
         write_json(self.sim._state_path, state)
         self.sim.log_action("reboot", "soft-reboot" if soft else "reboot")
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

@@ -57,6 +57,7 @@ PLAIN_PROPERTY_SIGNATURES: Mapping[str, str] = MappingProxyType({
     "IOSchedulingPriority": "i",
     "CPUWeight": "t",
     "IOWeight": "t",
+    "BindReadOnlyPaths": "a(ssbt)",  # (source, destination, ignore a missing source, flags)
 })  # fmt: skip
 
 
@@ -107,6 +108,8 @@ class Systemd:
 
     `bus_address` None means the system bus (or the session bus with `system_bus=False`);
     tests pass the address of a private bus that a `systemd --user` manager is on."""
+
+    can_bind_paths = True
 
     def __init__(
         self,

@@ -46,7 +46,11 @@ class UnitState:
 
 
 class UnitRunner(Protocol):
-    """Runs a named command so that it outlives the caller and can be found again by name."""
+    """Runs a named command so that it outlives the caller and can be found again by name.
+    `can_bind_paths`: whether the `BindReadOnlyPaths` property takes effect (a private mount
+    namespace for the unit)."""
+
+    can_bind_paths: bool
 
     async def start_transient_service(
         self,
@@ -120,7 +124,9 @@ class ProcessUnitRunner:
     Of the unit `properties` only `Nice` has an effect: it is applied to the started process
     group right after the spawn, best effort (a child forked in that instant may keep the
     agent's priority). The rest (I/O class, CPU and I/O weights, ...) need systemd and are
-    ignored."""
+    ignored, so a stage that needs a policy mounted is refused before it starts."""
+
+    can_bind_paths = False
 
     def __init__(self, command_prefix: Sequence[str] = ()) -> None:
         self._prefix = list(command_prefix)

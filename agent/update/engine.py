@@ -18,12 +18,14 @@ import structlog
 from agent.core.desired import Desired
 from agent.core.plan import CORE, Plan, live_changes, plan_update
 from agent.core.policy import BUILTIN_POLICY, LivePolicy
+from agent.core.trust import StageTrust, changes_trust, stage_trust
 from agent.core.verify import AfterBoot, BootFacts, decide_after_boot
 from agent.errors import HostError, InputError
 from agent.host.ports import Host, Progress, ProgressCallback
 from agent.model.bootc_status import BootcHost
 from agent.model.imageref import ImageRef, parse_image_ref
-from agent.model.machineconfig import MachineConfig, parse_machine_config
+from agent.model.machineconfig import MachineConfig
+from agent.model.sigpolicy import POLICY_PATH
 from agent.update.configstore import ConfigStore
 from agent.update.journal import IN_FLIGHT, Journal, Phase, Record
 
@@ -77,6 +79,10 @@ class Engine:
 
     # -- stored configs ------------------------------------------------------------------
     def current_config(self) -> MachineConfig | None:
+        """The config recorded as the one the host runs; None when none is recorded yet.
+        A recorded file that cannot be read or parsed raises HostError(kind="journal") naming
+        the file and the field: it is reported Degraded and read again with backoff, never
+        deleted or planned around (see agent/update/configstore.py)."""
         return self.configs.current()
 
     def adopt_current(self, document: bytes) -> None:
@@ -84,10 +90,10 @@ class Engine:
         self.configs.record_current(document)
 
     def _pending(self) -> Desired:
-        data = self.configs.pending_document()
+        config, data = self.configs.pending_recorded()  # HostError naming the file if unusable
         rec = self.journal.load()
         target = parse_image_ref(rec.target) if rec.target else None
-        return Desired(parse_machine_config(data), data, target)
+        return Desired(config, data, target)
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _save(self, record: Record) -> Record:
@@ -228,10 +234,16 @@ class Engine:
         rec = self._save(rec)
         assert rec.target is not None
         target = parse_image_ref(rec.target)
+        trust = StageTrust()
         try:
-            await self.host.bootc.stage(target, self.hooks.progress)
+            # Read now, after the live writes: a policy that is live content governs the
+            # image it arrives with.
+            trust = await self._trust(target)
+            await self.host.bootc.stage(target, self.hooks.progress, trust=trust)
         except HostError as exc:
             cause = f"staging {target} failed ({exc.kind}): {exc}"
+            if exc.kind == "signature":
+                cause = f"staging {target} refused by the signature policy ({trust.scope}): {exc}"
             self._save(rec.to(Phase.DEGRADED, cause=cause))
             self._notice("stage-failed", cause)
             return Outcome(DEGRADED, cause, plan=plan, current_config=rec.current_name,
@@ -244,6 +256,11 @@ class Engine:
             if asyncio.iscoroutine(result):
                 await result
         return await self._reboot(rec.to(Phase.REBOOTING), plan, f"rebooting into {target}")
+
+    async def _trust(self, target: ImageRef) -> StageTrust:
+        """How the host's signature policy lets `target` be staged (core/trust.py)."""
+        policy = await asyncio.to_thread(self.host.files.read, POLICY_PATH)
+        return stage_trust(policy, target)
 
     async def _soft_reboots(self) -> int | None:
         count = getattr(self.host.system, "soft_reboots_count", None)  # real hosts only
@@ -321,6 +338,11 @@ class Engine:
         target = desired.target
         if plan.verdict != "image" or target is None or target.digest is None:
             return f"skipped: the update would be {plan.verdict}, not an image"
+        policy = await asyncio.to_thread(self.host.files.read, POLICY_PATH)
+        changed = changes_trust([step.path for step in plan.live], policy)
+        if changed is not None:
+            return (f"skipped: the update changes {changed}; the image is staged at this "
+                    "node's turn, once the new signature policy is written")  # fmt: skip
         rec = self.journal.load()  # read again: no await between this check and the write
         if rec.phase != Phase.IDLE:
             return f"skipped: an update is in flight (phase {rec.phase})"
@@ -329,7 +351,9 @@ class Engine:
         staged = status.staged
         if staged is not None and staged.download_only and status.staged_digest == target.digest:
             return "already-staged"
-        await self.host.bootc.stage(target, on_progress, locked=True)
+        await self.host.bootc.stage(
+            target, on_progress, locked=True, trust=stage_trust(policy, target)
+        )
         self._did("prestage")
         self._event(f"pre-staged {target} (locked: applied only at this node's turn)")
         return "staged"

@@ -13,6 +13,7 @@ from tests.system.machine import Machine
 from tests.system.podman import podman, require_tools
 from tests.system.rootfs import REPO
 from tests.system.scenarios import SCENARIOS, Scenario, expect, settle_done
+from tests.system.trust_scenarios import TRUST_SCENARIOS
 from tests.system.world import AGENT_UNIT, VERIFY_UNIT, World
 
 HERE = Path(__file__).resolve().parent
@@ -166,4 +167,4 @@ IMAGE_SCENARIOS = [
     Scenario("daemonset-image", daemonset_image, False, daemonset_image.__doc__ or ""),
     Scenario("bootc-layer", bootc_layer, doc=bootc_layer.__doc__ or "", lower=bootc_image_root),
 ]
-ALL_SCENARIOS = [*SCENARIOS, *IMAGE_SCENARIOS]
+ALL_SCENARIOS = [*SCENARIOS, *TRUST_SCENARIOS, *IMAGE_SCENARIOS]

@@ -545,17 +545,36 @@ async def test_a_running_stage_under_other_trust_is_not_adopted(
     host: StandinHost, tmp_path: Path
 ) -> None:
     """A pre-stage started unverified is replaced, not adopted, by a stage that must verify."""
-    host.configure(progress_delay=0.3)
+    host.configure(progress_delay=1.0)  # four steps: the first stage runs for about 4 s
     runner = ProcessUnitRunner()
     first = host.adapter(tmp_path, runner=runner)
     unverified = asyncio.create_task(first.stage(ref(D2)))
-    for _ in range(200):
-        if (await runner.unit_state("image-mode-agent-stage.service")).running:
-            break
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(10):  # until bootc runs, however loaded the machine is
+        while not host.verb_calls("switch"):
+            await asyncio.sleep(0.01)
     second = host.adapter(tmp_path, runner=runner)
     await second.stage(ref(D2), trust=ENFORCED)
     with pytest.raises(HostError):
         await unverified  # superseded
     switches = host.verb_calls("switch")
     assert len(switches) == 2 and "--enforce-container-sigpolicy" in switches[1]
+
+
+async def test_a_deployment_staged_unverified_is_verified_again(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    """Pre-staged while nobody asked for a signature, then the policy demands one: the staged
+    digest does not do, and the switch (a new spec for bootc) verifies it."""
+    bootc = host.adapter(tmp_path)
+    await bootc.stage(ref(D2), locked=True)
+    status = await bootc.status()
+    assert status.staged is not None and status.staged.image is not None
+    assert not status.staged.image.policy_enforced
+    await bootc.stage(ref(D2), trust=ENFORCED)
+    await bootc.stage(ref(D2), trust=ENFORCED)  # now verified: not again
+    switches = host.verb_calls("switch")
+    assert len(switches) == 2 and "--enforce-container-sigpolicy" in switches[1]
+    staged = (await bootc.status()).staged
+    assert staged is not None and staged.image is not None and staged.image.policy_enforced
+    await bootc.stage(ref(D2))  # an unverified stage is content with a verified one
+    assert len(host.verb_calls("switch")) == 2

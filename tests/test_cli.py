@@ -264,3 +264,32 @@ def test_run_tells_systemd_ready_and_pets_the_watchdog(tmp_path: Path, host) -> 
         listener.close()
     assert messages[0].startswith("READY=1")
     assert messages[1:] == ["WATCHDOG=1", "WATCHDOG=1"]
+
+
+def test_run_policy_makes_ndp_paths_live_in_file_mode(tmp_path: Path, host) -> None:
+    """`run --policy FILE`: the MachineConfiguration's NodeDisruptionPolicy status extends the
+    live allowlist as in cluster mode (here: the signature policy, written with no reboot);
+    an unusable policy file is Degraded naming its field, and `--once` exits 2."""
+    sim, images = host
+    policy_json = ign_file("/etc/containers/policy.json", '{"default": [{"type": "reject"}]}')
+    desired = write(tmp_path / "mc.json", machine_config(keys=["k1"], image=images["v1"]))
+    assert run_once(sim, desired).returncode == 0
+    write(desired, machine_config(name="r2", keys=["k1"], image=images["v1"],
+                                  files=[policy_json]))  # fmt: skip
+    assert run_once(sim, desired).returncode == 4  # image content without --policy
+    ndp = {
+        "apiVersion": "operator.openshift.io/v1",
+        "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"},
+        "status": {"nodeDisruptionPolicyStatus": {"clusterPolicies": {"files": [
+            {"path": "/etc/containers/policy.json", "actions": [{"type": "None"}]}]}}},
+    }  # fmt: skip
+    policy = write(tmp_path / "machineconfiguration.json", ndp)
+    assert run_once(sim, desired, "--policy", str(policy)).returncode == 0
+    assert (sim / "root/etc/containers/policy.json").read_text().startswith('{"default"')
+    assert reboots(sim) == 0
+    ndp["status"]["nodeDisruptionPolicyStatus"]["clusterPolicies"]["files"][0]["path"] = "x"
+    write(policy, ndp)
+    done = run_once(sim, desired, "--policy", str(policy))
+    assert done.returncode == 2
+    assert str(policy) in done.stderr and "clusterPolicies.files[0].path" in done.stderr

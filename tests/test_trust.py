@@ -276,3 +276,14 @@ async def test_a_prestage_under_the_policy_in_force_is_refused_as_bootc_refuses(
         await engine.prestage(desired)
     assert getattr(err.value, "kind", "") == "signature"
     assert engine.journal.load().phase == Phase.IDLE
+
+
+async def test_an_image_prestaged_unverified_is_verified_at_the_turn(world: TrustWorld) -> None:
+    """Pre-staged while nobody asked for a signature; the config that reaches the node then
+    demands one: the staged deployment does not do, the stage verifies and refuses."""
+    assert (await settle(world, "rendered-1", "v1", RELAXED)).state == DONE
+    unsigned = world.desired("rendered-2", "unsigned", files=trust_files(RELAXED))
+    assert await world.engine().prestage(unsigned) == "staged"
+    outcome = await settle(world, "rendered-3", "unsigned", STRICT)
+    assert outcome.state == DEGRADED and "no signature exists" in outcome.reason
+    assert (world.reboots(), world.drains) == (0, 0)

@@ -14,13 +14,11 @@ from agent.core.plan import plan_update
 from agent.core.policy import (
     BUILTIN_POLICY,
     Allowlist,
-    LivePolicy,
-    policy_from_machine_configuration,
 )
 from agent.errors import HostError, InputError
-from agent.model.document import load_document
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config
+from agent.sources.disruption_policy import load_live_policy
 
 EXIT_USAGE = 2
 
@@ -70,13 +68,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     target = _image_arg(args.desired_image, "--desired-image")
     if target is None and desired.os_image_url:
         target = _image_arg(desired.os_image_url, f"{args.desired}: spec.osImageURL")
-    policy: LivePolicy = BUILTIN_POLICY
-    if args.policy:
-        try:
-            extra = policy_from_machine_configuration(load_document(_read_file(args.policy, "")))
-        except InputError as exc:
-            raise exc.located(args.policy) from None
-        policy = BUILTIN_POLICY.extended(extra) if extra else BUILTIN_POLICY
+    policy = load_live_policy(Path(args.policy)) if args.policy else BUILTIN_POLICY
     plan = plan_update(current, desired, booted=booted, target=target, policy=policy)
     if args.output == "json":
         print(json.dumps(plan.to_json(), indent=2))
@@ -120,6 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_boot_attempts=args.max_boot_attempts,
         poll_interval=args.poll_interval,
         soft_reboot=args.allow_soft_reboot,
+        policy_file=Path(args.policy) if args.policy else None,
     )
 
     async def main() -> int:
@@ -133,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             if args.source == "kube":
                 return await run_cluster_source(host, allowlist, args, board)
-            return await run_file_source(Path(arg), host, options, board=board)
+            return await run_file_source(Path(arg), host, options, board=board, allowlist=allowlist)
         finally:
             beat.cancel()
             if endpoints is not None:
@@ -263,6 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--poll-interval", type=float, default=1.0, help="seconds between checks "
                      "of the source file")  # fmt: skip
+    run.add_argument(
+        "--policy",
+        help="file mode: a MachineConfiguration/cluster whose NodeDisruptionPolicy status "
+        "extends the live allowlist (read on every pass)",
+    )
     cluster = run.add_argument_group("cluster mode (--source kube)")
     cluster.add_argument("--kubeconfig", help="credentials for reads (default: in-cluster)")
     cluster.add_argument(

@@ -1,4 +1,11 @@
-"""Wires a desired-state source, a host and the engine into a running agent (file mode)."""
+"""Wires a desired-state source, a host and the engine into a running agent (file mode).
+
+Nothing the file-mode loop reads ends it: a desired file it cannot use (unreadable,
+unparseable, a bad image reference), a config recorded on the host that cannot be parsed, an
+unreadable journal, are reported Degraded (status.json and /status, the reason naming the file
+and the field) and read again when the desired file changes or after the backoff. Only the
+one-shot runs (`--once`, `--dry-run`) end on a desired file they cannot use: exit 2, one line
+on stderr, as `plan` does."""
 
 from __future__ import annotations
 
@@ -14,13 +21,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
+from agent.core.desired import Desired
 from agent.core.policy import Allowlist
 from agent.errors import HostError, InputError
 from agent.host.durable import write_json
 from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
 from agent.observe.http import StatusBoard
+from agent.sources.disruption_policy import load_live_policy
 from agent.sources.file import FileWatch, load_desired
+from agent.update.configstore import PARSE_FAULTS, describe_fault, fault_frames
 from agent.update.engine import (
     DEGRADED,
     DONE,
@@ -47,6 +57,7 @@ class RunOptions:
     max_boot_attempts: int = 1
     poll_interval: float = 1.0
     soft_reboot: bool = False
+    policy_file: Path | None = None  # MachineConfiguration/cluster, read on every pass
 
 
 async def open_host(spec: str, allowlist: Allowlist, local: LocalOptions | None = None) -> Host:
@@ -192,6 +203,13 @@ def write_status(host: Host, outcome: Outcome, phase: str, board: StatusBoard) -
     board.publish(status)
 
 
+def _phase(engine: Engine) -> str:
+    try:
+        return str(engine.journal.load().phase)
+    except HostError:  # an unreadable journal: the pass reported it
+        return "unknown"
+
+
 def _exit_code(outcome: Outcome) -> int:
     return {DONE: EXIT_DONE, REBOOTING: EXIT_REBOOT, WORKING: EXIT_DONE}.get(
         outcome.state, EXIT_DEGRADED
@@ -204,13 +222,53 @@ async def run_file_source(
     options: RunOptions,
     out: TextIO = sys.stdout,
     board: StatusBoard | None = None,
+    allowlist: Allowlist | None = None,
 ) -> int:
-    """Reconcile PATH until stopped (or once). Returns the process exit code."""
-    return await until_signalled(_reconcile_loop(path, host, options, out, board or StatusBoard()))
+    """Reconcile PATH until stopped (or once). Returns the process exit code. `allowlist`:
+    the one the host's files port asks, kept in step with `options.policy_file`."""
+    loop = _reconcile_loop(path, host, options, out, board or StatusBoard(), allowlist)
+    return await until_signalled(loop)
+
+
+def _load_desired(path: Path, image_override: str | None) -> Desired:
+    """The desired file; InputError naming it (a parser's crash on a shape it did not
+    expect, too)."""
+    try:
+        return load_desired(path, image_override)
+    except InputError:
+        raise
+    except PARSE_FAULTS as exc:
+        raise InputError(f"unexpected content ({describe_fault(exc)})", source=str(path)) from None
+
+
+async def _reconcile(engine: Engine, desired: Desired, dry_run: bool) -> Outcome:
+    """One pass of the engine toward `desired`; a failure is a retryable Degraded outcome."""
+    try:
+        outcome = await engine.reconcile(desired, dry_run=dry_run)
+        # An update that finished may not be the newest desired state: one more pass.
+        for _ in range(3):
+            if outcome.state != DONE or engine.journal.load().update_key == desired.key:
+                break
+            outcome = await engine.reconcile(desired)
+    except HostError as exc:  # a recorded config or the journal unreadable, too
+        return Outcome(DEGRADED, f"host error ({exc.kind}): {exc}", retryable=True)
+    except InputError as exc:  # other input than the desired file (its source names it)
+        return Outcome(DEGRADED, f"cannot use {exc}", retryable=True)
+    except Exception as exc:  # a bug, or a parser's crash nobody foresaw: report, retry
+        reason = f"unexpected error: {describe_fault(exc)}"
+        structlog.get_logger("agent").error("pass failed", error=reason,
+                                            traceback=fault_frames(exc))  # fmt: skip
+        return Outcome(DEGRADED, reason, retryable=True)
+    return outcome
 
 
 async def _reconcile_loop(
-    path: Path, host: Host, options: RunOptions, out: TextIO, board: StatusBoard
+    path: Path,
+    host: Host,
+    options: RunOptions,
+    out: TextIO,
+    board: StatusBoard,
+    allowlist: Allowlist | None,
 ) -> int:
     log = structlog.get_logger("agent")
     metrics = board.metrics
@@ -222,23 +280,28 @@ async def _reconcile_loop(
     while True:
         seen = watch.mark()
         try:
-            desired = load_desired(path, options.image_override)
-            outcome = await engine.reconcile(desired, dry_run=options.dry_run)
-            # An update that finished may not be the newest desired state: one more pass.
-            for _ in range(3):
-                if outcome.state != DONE or engine.journal.load().update_key == desired.key:
-                    break
-                outcome = await engine.reconcile(desired)
+            if options.policy_file is not None:  # the allowlist of this pass, then its input
+                engine.policy = load_live_policy(options.policy_file)
+                if allowlist is not None:
+                    allowlist.policy = engine.policy
+            desired = _load_desired(path, options.image_override)
         except InputError as exc:
+            if options.dry_run:
+                raise  # a one-shot: exit 2 (cli), one line on stderr, nothing written
             outcome = Outcome(DEGRADED, f"cannot use the desired state: {exc}", retryable=True)
-        except HostError as exc:
-            outcome = Outcome(DEGRADED, f"host error ({exc.kind}): {exc}", retryable=True)
+            if options.once:
+                write_status(host, outcome, _phase(engine), board)
+                raise
+        else:
+            outcome = await _reconcile(engine, desired, options.dry_run)
         if options.dry_run:
-            assert outcome.plan is not None
+            if outcome.plan is None:  # a pass that failed: nothing was planned
+                print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)
+                return _exit_code(outcome)
             print(outcome.plan.render_text(), file=out)
             print(outcome.reason, file=out)
             return EXIT_DONE
-        phase = str(engine.journal.load().phase)
+        phase = _phase(engine)
         write_status(host, outcome, phase, board)
         log.info("reconciled", state=outcome.state, reason=outcome.reason, phase=phase)
         if outcome.state in (DEGRADED, UNRECONCILABLE) and options.once:

@@ -1,14 +1,22 @@
 """Cluster mode: the Node's annotations in, the engine in the middle, annotations and Events
 out. Every wait is driven by a watch (the Node, the rendered MachineConfig, ControllerConfig,
-MachineConfiguration); API faults only delay the agent."""
+MachineConfiguration); API faults only delay the agent.
+
+Nothing a pass reads ends the process. Input the agent cannot use (the desired or the current
+MachineConfig, ControllerConfig, MachineConfiguration, the first-boot annotations file, a
+config recorded on the host) is reported Degraded, with a reason that names the object and
+the field (`cannot use machineconfig rendered-worker-2: spec.config.ignition.version: ...`);
+the pass stops there, acting on nothing, and the next one runs when the object's watch sees a
+change (or, for what no watch covers, after the backoff): the Node heals when the input does."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
@@ -39,6 +47,7 @@ from agent.host.ports import Host, Progress
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
+from agent.update.configstore import PARSE_FAULTS, describe_fault, fault_frames
 from agent.update.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
 from agent.update.journal import Record
 
@@ -46,6 +55,29 @@ NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
 _RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
 # A reboot waits this long at most for the MachineConfigNode to say so.
 _MCN_FLUSH_TIMEOUT = 5.0
+T = TypeVar("T")
+
+
+class Unusable(Exception):
+    """Input a pass cannot use. `error.source` names the object (`machineconfig <name>`,
+    `controllerconfig machine-config-controller`, a path on the host), `error.field` the field.
+    `watched`: a watch wakes the agent when the object changes; otherwise the pass is retried
+    with backoff."""
+
+    def __init__(self, error: InputError, *, watched: bool = True) -> None:
+        super().__init__(str(error))
+        self.error, self.watched = error, watched
+
+
+def parsed(what: str, parse: Callable[..., T], *args: Any) -> T:
+    """`parse(*args)`, its InputError attributed to `what` (the object it reads); a parser's
+    crash on a shape it did not expect is an InputError too."""
+    try:
+        return parse(*args)
+    except InputError as exc:
+        raise exc if exc.source else exc.located(what) from None
+    except PARSE_FAULTS as exc:
+        raise InputError(f"unexpected content ({describe_fault(exc)})", source=what) from None
 
 
 @dataclass
@@ -74,6 +106,8 @@ class ClusterAgent:
         self.configuration = ObjectWatch(api, MACHINECONFIGURATIONS, "cluster",
                                          on_change=self.wakeup.set)  # fmt: skip
         self.rendered = NamedWatch(api, MACHINECONFIGS, on_change=self.wakeup.set)
+        # The Node's currentConfig, followed only while it is to be adopted as the baseline.
+        self.current_rendered = NamedWatch(api, MACHINECONFIGS, on_change=self.wakeup.set)
         self.events = EventRecorder(node_api, self.name)
         self.drainer: Drainer = (
             SelfDrain(
@@ -111,6 +145,7 @@ class ClusterAgent:
             metric.labels(f"{who}-write").set_function(lambda c=counter: c.writes)
         self._progress_at = 0.0
         self._progress_task: asyncio.Task[None] | None = None
+        self._retrying: str | None = None  # the Desired.key of an update failed retryably
         self._tasks: list[asyncio.Task[None]] = []
         self.log = structlog.get_logger("cluster").bind(node=self.name)
 
@@ -183,27 +218,20 @@ class ClusterAgent:
             failures = 0
             while True:
                 self.wakeup.clear()
-                try:
-                    outcome = await self.sync()
-                    failures = 0
-                except (KubeError, *TRANSIENT) as exc:
-                    self.log.warning("sync failed; retrying", error=str(exc))
-                    outcome = Outcome(DEGRADED, str(exc), retryable=True)
-                except HostError as exc:  # e.g. a certificate path the writer refuses
-                    reason = f"host error ({exc.kind}): {exc}"
-                    self.log.warning("sync failed; retrying", error=reason)
-                    outcome = Outcome(DEGRADED, reason, retryable=True)
-                    with contextlib.suppress(KubeError, *TRANSIENT):
-                        await self._set_state("Degraded", reason)
+                outcome = await self._pass()
                 self._publish(outcome)
                 if outcome is not None and outcome.state == REBOOTING:
                     if self.host.reboot_ends_process:
                         return 3
                     await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
+                # A retryable outcome waits out the backoff, which grows until a pass ends
+                # otherwise; any other waits for a watch to see a change.
                 timeout = None
                 if outcome is not None and outcome.retryable:
                     timeout = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
                     failures += 1
+                else:
+                    failures = 0
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout):
                         await self.wakeup.wait()
@@ -213,23 +241,59 @@ class ClusterAgent:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.rendered.close()
+            await self.current_rendered.close()
+
+    async def _pass(self) -> Outcome | None:
+        """One sync; whatever fails in it becomes an outcome, never the end of the process."""
+        try:
+            return await self.sync()
+        except (KubeError, *TRANSIENT) as exc:
+            self.log.warning("sync failed; retrying", error=str(exc))
+            return Outcome(DEGRADED, str(exc), retryable=True)
+        except HostError as exc:  # e.g. a certificate path the writer refuses
+            reason = f"host error ({exc.kind}): {exc}"
+            self.log.warning("sync failed; retrying", error=reason)
+        except InputError as exc:  # unusable input no step attributed (sync reports those)
+            reason = f"cannot use {exc}"
+            self.log.warning("sync failed; retrying", error=reason)
+        except Exception as exc:  # a bug, or a parser's crash nobody foresaw: report, retry
+            reason = f"unexpected error: {describe_fault(exc)}"
+            self.log.error("sync failed; retrying", error=reason, traceback=fault_frames(exc))
+        with contextlib.suppress(KubeError, *TRANSIENT):
+            await self._set_state("Degraded", reason)
+        return Outcome(DEGRADED, reason, retryable=True)
 
     def _publish(self, outcome: Outcome | None) -> None:
         """The Node's view plus the journal's phase, for /status and /metrics."""
         node = A.NodeView.of(self.node.obj or {})
+        try:
+            phase, prestaged = str(self.engine.journal.load().phase), self.engine.prestaged()
+        except HostError:  # an unreadable journal: the pass reported it
+            phase, prestaged = "unknown", None
         self.board.publish({
             "state": node.get(A.STATE) or (outcome.state if outcome else ""),
             "reason": node.get(A.REASON) or "",
-            "phase": str(self.engine.journal.load().phase),
+            "phase": phase,
             "currentConfig": node.get(A.CURRENT_CONFIG),
             "desiredConfig": node.desired_config,
             "currentImage": node.get(A.CURRENT_IMAGE),
             "desiredImage": node.get(A.DESIRED_IMAGE),
-            "prestaged": self.engine.prestaged(),
+            "prestaged": prestaged,
         })  # fmt: skip
 
     # -- one pass ----------------------------------------------------------------------------
     async def sync(self) -> Outcome | None:
+        """One pass. Unusable input is reported Degraded and ends the pass before anything is
+        acted on; its watch (or the backoff) brings the next pass."""
+        try:
+            return await self._sync()
+        except Unusable as exc:
+            reason = f"cannot use {exc.error}"
+            self.log.warning("input not usable", reason=reason)
+            await self._set_state("Degraded", reason)
+            return Outcome(DEGRADED, reason, retryable=not exc.watched)
+
+    async def _sync(self) -> Outcome | None:
         if self.node.obj is None:
             self.log.warning("own Node not found; waiting for it")
             return None
@@ -237,8 +301,10 @@ class ClusterAgent:
         self.events.node_uid = node.uid
         if node.get(A.CURRENT_CONFIG) is None and await self._seed_first_boot():
             return None  # the watch brings the seeded annotations back
+        rotation = await self._sync_certificates(node)
+        if rotation is not None:
+            return rotation
         self._refresh_policy()
-        await self._sync_certificates(node)
         desired_name = node.desired_config
         if not desired_name:
             return None
@@ -250,9 +316,7 @@ class ClusterAgent:
         try:
             desired = self._desired(node, rendered)
         except InputError as exc:
-            reason = f"cannot use machineconfig {desired_name}: {exc}"
-            await self._set_state("Degraded", reason)
-            return Outcome(DEGRADED, reason)
+            raise Unusable(exc) from None  # the rendered-config (or the Node's) watch wakes us
         await self._adopt_current(node, desired_name)
         journal = self.engine.journal.load()
         settled = node.is_done() and journal.update_key == desired.key
@@ -272,21 +336,31 @@ class ClusterAgent:
             "degraded",
             "unreconcilable",
         )
+        # A retry of an update that failed for a cause that may pass (a host error, e.g. a
+        # recorded config it cannot read, a drain timeout) leaves the Node Degraded until it
+        # succeeds: a retry that fails the same way then writes nothing. (Every write wakes
+        # the loop: Working, Degraded, Working... would retry at the API server's pace, not
+        # the backoff's.)
+        retry, self._retrying = self._retrying == desired.key, None
         self.mcn.record(M.needs_update(self.name))
-        if not node.is_done() and not stuck:
+        if not node.is_done() and not stuck and not retry:
             await self._set_state("Working", "")
         self.steps.begin(str(journal.phase))
         try:
             outcome = await self.engine.reconcile(desired)
         except DrainTimeout as exc:
+            self._retrying = desired.key
             await self._set_state("Degraded", str(exc))
             await self.events.emit("FailedToDrain", str(exc), warning=True)
             return Outcome(DEGRADED, str(exc), retryable=True)
         except HostError as exc:
+            self._retrying = desired.key
             reason = f"host error ({exc.kind}): {exc}"
             await self._set_state("Degraded", reason)
             return Outcome(DEGRADED, reason, retryable=True)
         await self._report(node, desired, outcome)
+        if outcome.state == DEGRADED and outcome.retryable:
+            self._retrying = desired.key
         return outcome
 
     def _pool_desired(self, rendered: dict[str, Any]) -> Desired:
@@ -295,19 +369,27 @@ class ClusterAgent:
         return self._desired(A.NodeView(self.name, {}), rendered)
 
     def _desired(self, node: A.NodeView, rendered: dict[str, Any]) -> Desired:
+        """The desired state from a rendered config and the Node's desiredImage; InputError
+        naming the object (`machineconfig <name>` or `node <name>`) and the field."""
         # Parsed from the very bytes the host records, so that the recorded config and the
         # desired one have the same fingerprint when their content is the same.
         # Only the name is kept of the metadata: a new resourceVersion is not a new config.
-        stable = {**rendered, "metadata": {"name": (rendered.get("metadata") or {}).get("name")}}
-        document = json.dumps(stable, sort_keys=True).encode()
-        config = parse_machine_config(document)
-        image_text = node.get(A.DESIRED_IMAGE) or config.os_image_url
+        meta = rendered.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        what = f"machineconfig {name}"
+        stable = {**rendered, "metadata": {"name": name}}
+        document = parsed(what, lambda: json.dumps(stable, sort_keys=True).encode())
+        config = parsed(what, parse_machine_config, document)
+        image_text = node.get(A.DESIRED_IMAGE)
+        where = (f"node {node.name}", f"metadata.annotations[{A.DESIRED_IMAGE}]")
+        if not image_text:
+            image_text, where = config.os_image_url, (what, "spec.osImageURL")
         target = None
         if image_text:
             try:
                 target = parse_image_ref(image_text)
             except InputError as exc:
-                raise InputError(exc.message, field="desiredImage/osImageURL") from None
+                raise InputError(exc.message, source=where[0], field=where[1]) from None
         return Desired(config, document, target)
 
     async def _report(self, node: A.NodeView, desired: Desired, outcome: Outcome) -> None:
@@ -380,48 +462,63 @@ class ClusterAgent:
     # -- inputs --------------------------------------------------------------------------------
     async def _adopt_current(self, node: A.NodeView, desired_name: str) -> None:
         """With no config recorded on the host yet, the Node's currentConfig is the baseline
-        (the MCD's on-disk config starts the same way); refusals need a real baseline."""
+        (the MCD's on-disk config starts the same way); refusals need a real baseline. One that
+        cannot be parsed is Unusable: nothing is planned from a guess, and its watch (kept
+        until it is adopted) brings the next pass when it is replaced."""
         current_name = node.get(A.CURRENT_CONFIG)
-        if not current_name or current_name == desired_name:
+        if (
+            not current_name
+            or current_name == desired_name
+            or self.engine.current_config() is not None
+            or self.options.dry_run
+        ):
+            self.current_rendered.stop()
             return
-        if self.engine.current_config() is not None or self.options.dry_run:
+        current = await self.current_rendered.get(current_name)
+        if current is None:
+            self.current_rendered.stop()
+            self.log.warning("current config not found; first start plans from none",
+                             config=current_name)  # fmt: skip
             return
+        what = f"machineconfig {current_name}"
         try:
-            current = await self.api.get(f"{MACHINECONFIGS}/{current_name}")
-        except KubeError as exc:
-            if exc.not_found:
-                self.log.warning("current config not found; first start plans from none",
-                                 config=current_name)  # fmt: skip
-                return
-            raise
-        self.engine.adopt_current(json.dumps(current, sort_keys=True).encode())
+            document = parsed(what, lambda: json.dumps(current, sort_keys=True).encode())
+            parsed(what, self.engine.adopt_current, document)
+        except InputError as exc:
+            raise Unusable(exc) from None
+        self.current_rendered.stop()
 
     def _refresh_policy(self) -> None:
+        """The live policy: the built-in one extended by MachineConfiguration/cluster. One that
+        cannot be parsed is Unusable: no update is planned with a policy the cluster did not
+        ask for (the last good one stays in force for what is already running)."""
         policy = BUILTIN_POLICY
         if self.configuration.obj is not None:
             try:
-                extra = policy_from_machine_configuration(self.configuration.obj)
+                extra = parsed("machineconfiguration cluster", policy_from_machine_configuration,
+                               self.configuration.obj)  # fmt: skip
             except InputError as exc:
-                self.log.warning("ignoring MachineConfiguration/cluster", error=str(exc))
-                extra = None
+                raise Unusable(exc) from None
             if extra is not None:
                 policy = BUILTIN_POLICY.extended(extra)
         self.allowlist.policy = policy
         self.engine.policy = policy
 
-    async def _sync_certificates(self, node: A.NodeView) -> None:
+    async def _sync_certificates(self, node: A.NodeView) -> Outcome | None:
         """The MCD's certificate writer (pkg/daemon/certificate_writer.go): the ControllerConfig's
         certificates, then the kube-apiserver serving-CA rotation of the kubeconfigs, then
-        `lastSyncedControllerConfigResourceVersion` and `lastObservedServerCAAnnotation`."""
+        `lastSyncedControllerConfigResourceVersion` and `lastObservedServerCAAnnotation`.
+        A ControllerConfig that cannot be used is Unusable (its watch brings the fix); an
+        unusable rotation (the kubeconfig-data bundle, a kubeconfig on the host: no watch) is a
+        Degraded outcome retried with backoff."""
         cc = self.controller_config.obj
         if cc is None or self.options.dry_run or not kc.certificates_due(cc, node.annotations):
-            return
+            return None
         version = (cc.get("metadata") or {}).get("resourceVersion", "")
         try:
-            certs = certificates(cc)
+            certs = parsed("controllerconfig machine-config-controller", certificates, cc)
         except InputError as exc:
-            await self._set_state("Degraded", f"controllerconfig machine-config-controller: {exc}")
-            return
+            raise Unusable(exc) from None
         changed = await asyncio.to_thread(write_certificates, self.host.files, certs)
         self.log.info("certificates synced", changed=changed, resource_version=version)
         values: dict[str, str | None] = {A.LAST_SYNCED_CC: version}
@@ -430,18 +527,21 @@ class ClusterAgent:
             try:
                 applied = await rotate_if_published(self.api, self.host)
             except InputError as exc:
-                await self._set_state("Degraded", f"kube-apiserver serving CA rotation: {exc}")
-                return
+                reason = f"kube-apiserver serving CA rotation: {exc}"
+                await self._set_state("Degraded", reason)
+                return Outcome(DEGRADED, reason, retryable=True)
             if not applied:
                 observed = node.annotations.get(A.LAST_OBSERVED_SERVER_CA, "")
         if node.annotations.get(A.LAST_OBSERVED_SERVER_CA, "") != observed:
             values[A.LAST_OBSERVED_SERVER_CA] = observed
         if any(node.annotations.get(key) != value for key, value in values.items()):
             await self.patch_node(A.annotations_patch(values))
+        return None
 
     async def _seed_first_boot(self) -> bool:
         """A Node with no currentConfig gets the annotations the machine-config-server left on
-        the host (the controller ignores a Node without them)."""
+        the host (the controller ignores a Node without them). A file that is no JSON object
+        is Unusable (no watch: retried with backoff); none at all is only logged."""
         data = await asyncio.to_thread(self.host.files.read, NODE_ANNOTATIONS_FILE)
         if data is None:
             self.log.warning("no currentConfig on the Node and no " + NODE_ANNOTATIONS_FILE)
@@ -449,8 +549,11 @@ class ClusterAgent:
         try:
             seeded = json.loads(data)
         except ValueError as exc:
-            self.log.warning("unreadable " + NODE_ANNOTATIONS_FILE, error=str(exc))
-            return False
+            problem = InputError(f"invalid JSON: {exc}", source=NODE_ANNOTATIONS_FILE)
+            raise Unusable(problem, watched=False) from None
+        if not isinstance(seeded, dict):
+            problem = InputError("expected a JSON object", source=NODE_ANNOTATIONS_FILE)
+            raise Unusable(problem, watched=False)
         values = {k: str(v) for k, v in seeded.items() if k.startswith(A.PREFIX)}
         await self.patch_node(A.annotations_patch(values))
         self.log.info("seeded node annotations", keys=sorted(values))

@@ -64,8 +64,11 @@ def _with_newline(data: bytes) -> bytes:
 
 
 def certificates(controller_config: dict[str, Any]) -> CertSet:
-    """The files a ControllerConfig asks for (pure)."""
+    """The files a ControllerConfig asks for (pure); InputError naming the field it cannot
+    use, whatever the shape of the object."""
     spec = controller_config.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise InputError("expected an object", field="spec")
     files = []
     if spec.get("kubeAPIServerServingCAData"):
         data = _decode(spec["kubeAPIServerServingCAData"], "spec.kubeAPIServerServingCAData")
@@ -78,7 +81,12 @@ def certificates(controller_config: dict[str, Any]) -> CertSet:
         files.append(CertFile(INTERNAL_PULL_SECRET, secret, 0o600))
     dirs = set()
     for key in ("imageRegistryBundleData", "imageRegistryBundleUserData"):
-        for i, bundle in enumerate(spec.get(key) or []):
+        bundles = spec.get(key) or []
+        if not isinstance(bundles, list):
+            raise InputError("expected a list", field=f"spec.{key}")
+        for i, bundle in enumerate(bundles):
+            if not isinstance(bundle, dict):
+                raise InputError("expected an object", field=f"spec.{key}[{i}]")
             name = str(bundle.get("file", ""))
             directory = name.replace("..", ":")
             if not directory or "/" in directory or directory in (".", ":"):

@@ -5,6 +5,8 @@ Re-derived from openshift/machine-config-operator `pkg/helpers/helpers.go` (`Lis
 matches the Node's labels (an empty or missing selector matches nothing); `master` wins over a
 custom pool, a single custom pool wins over `worker`, two custom pools are an error, and a
 Windows Node has no pool. The rule is pure; `node_pool` only lists the pools through the API.
+A pool or selector of a shape the rule cannot read is a PoolError naming the pool and the field,
+as an invalid operator is: the caller reports it, nothing crashes.
 """
 
 from __future__ import annotations
@@ -30,8 +32,14 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     controller guards against a pool that would otherwise swallow every Node."""
     if not selector:
         return False
+    if not isinstance(selector, Mapping):
+        raise PoolError("invalid label selector: expected an object")
     match_labels = selector.get("matchLabels") or {}
     expressions = selector.get("matchExpressions") or []
+    if not isinstance(match_labels, Mapping):
+        raise PoolError("invalid label selector: matchLabels: expected an object")
+    if not isinstance(expressions, list):
+        raise PoolError("invalid label selector: matchExpressions: expected a list")
     if not match_labels and not expressions:
         return False
     if any(labels.get(key) != value for key, value in match_labels.items()):
@@ -40,8 +48,14 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
 
 
 def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    if not isinstance(expr, Mapping):
+        raise PoolError("invalid label selector: matchExpressions: expected objects")
     key, operator = expr.get("key", ""), expr.get("operator", "")
-    values = list(expr.get("values") or [])
+    if not isinstance(key, str):
+        raise PoolError("invalid label selector: matchExpressions: key: expected a string")
+    values = expr.get("values") or []
+    if not isinstance(values, list):
+        raise PoolError(f"invalid label selector: values of {key!r}: expected a list")
     if operator in ("In", "NotIn"):
         if not values:
             raise PoolError(f"invalid label selector: {operator} on {key!r} needs values")
@@ -62,11 +76,7 @@ def pools_for_node(
     followed by `worker` when that matches too); [] when none does."""
     if labels.get(_OS_LABEL) == "windows":
         return []  # the MCO does not manage Windows nodes
-    names = [
-        (pool.get("metadata") or {}).get("name", "")
-        for pool in pools
-        if selector_matches((pool.get("spec") or {}).get("nodeSelector"), labels)
-    ]
+    names = [_name(pool) for pool in pools if _holds(pool, labels)]
     custom = sorted(n for n in names if n not in (MASTER, WORKER))
     if len(custom) > 1:
         raise PoolError(
@@ -78,6 +88,24 @@ def pools_for_node(
         # A control-plane node that also matches a custom pool stays in master.
         return [MASTER if MASTER in names else custom[0], *worker]
     return [MASTER] if MASTER in names else worker
+
+
+def _name(pool: Any) -> str:
+    meta = pool.get("metadata") if isinstance(pool, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def _holds(pool: Any, labels: Mapping[str, str]) -> bool:
+    """Whether `pool`'s nodeSelector matches; PoolError naming the pool when unreadable."""
+    what = f"machineconfigpool {_name(pool) or '?'}"
+    spec = pool.get("spec") if isinstance(pool, Mapping) else None
+    if not isinstance(spec, Mapping | None):
+        raise PoolError(f"{what}: spec: expected an object")
+    try:
+        return selector_matches((spec or {}).get("nodeSelector"), labels)
+    except PoolError as exc:
+        raise PoolError(f"{what}: spec.nodeSelector: {exc}") from None
 
 
 def primary_pool(

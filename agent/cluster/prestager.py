@@ -32,7 +32,8 @@ from agent.host.ports import Progress
 from agent.observe.metrics import Metrics
 from agent.update.engine import Engine
 
-_NO_RETRY = frozenset({"disk-space", "unsupported", "input"})
+# A signature refusal stands until the pool target (which carries the policy) changes.
+_NO_RETRY = frozenset({"disk-space", "unsupported", "input", "signature"})
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,11 @@ class Prestager:
                         self.log.warning("pre-stage check failed; retrying", error=str(exc))
                         await asyncio.sleep(self.options.retry_initial)
                         continue
+                    except Exception as exc:  # e.g. a pool or a journal it cannot read
+                        # Never Degraded, never the end of pre-staging: logged, and checked
+                        # again when the Node, the pool or its target changes (or at `repick`).
+                        self.log.warning("pre-stage check failed", error=str(exc),
+                                         kind=type(exc).__name__)  # fmt: skip
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.options.repick):
                         await self.wakeup.wait()

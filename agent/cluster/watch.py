@@ -1,6 +1,7 @@
 """One object kept current by list + watch: resume from the last resourceVersion, bookmarks,
 relist on 410 Gone or an ERROR event, reconnect with exponential backoff and jitter, never give
-up. Waiters are woken by the watch, never by polling."""
+up (an answer that is not the JSON the API promises is one more fault to retry with backoff,
+never the end of the watch). Waiters are woken by the watch, never by polling."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from typing import Any
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
-from agent.cluster.kube import TRANSIENT, Kube, KubeError
+from agent.cluster.kube import Kube, KubeError
 
 
 class _Relist(Exception):
     """The watch cannot resume (410 Gone, or an ERROR event): list again."""
+
+
+class _Malformed(Exception):
+    """An answer that is not the JSON the API promises: list and watch again after backoff."""
 
 
 class ObjectWatch:
@@ -63,8 +68,16 @@ class ObjectWatch:
 
     async def _list(self) -> None:
         listing = await self.kube.get(self.collection, fieldSelector=f"metadata.name={self.name}")
-        self._rv = listing.get("metadata", {}).get("resourceVersion")
-        items = listing.get("items") or []
+        if not isinstance(listing, dict):
+            raise _Malformed(f"malformed list answer from {self.collection}")
+        meta, items = listing.get("metadata"), listing.get("items") or []
+        if (
+            not isinstance(meta, dict | None)
+            or not isinstance(items, list)
+            or not all(isinstance(item, dict) for item in items)
+        ):
+            raise _Malformed(f"malformed list answer from {self.collection}")
+        self._rv = (meta or {}).get("resourceVersion")
         await self._set(items[0] if items else None)
 
     async def _watch(self) -> None:
@@ -73,6 +86,8 @@ class ObjectWatch:
             query.append(("resourceVersion", self._rv))
         try:
             async for event in self.kube.watch(self.collection, query):
+                if not isinstance(event, dict) or not isinstance(event.get("object") or {}, dict):
+                    raise _Malformed(f"malformed watch event from {self.collection}")
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     raise _Relist(f"ERROR event: {obj.get('code')} {obj.get('message', '')}")
@@ -88,6 +103,8 @@ class ObjectWatch:
             if exc.status == 410:
                 raise _Relist("410 Gone") from None
             raise
+        except ValueError:  # a line that is no JSON
+            raise _Malformed(f"malformed watch event from {self.collection}") from None
 
     async def _session(self) -> None:
         """List once, then watch (resuming) until the watch can no longer resume."""
@@ -101,9 +118,9 @@ class ObjectWatch:
                 await self._list()
 
     async def run(self) -> None:
-        """Forever; API faults only delay it."""
+        """Forever; API faults (and malformed answers) only delay it."""
         retrying = AsyncRetrying(
-            retry=retry_if_exception_type((*TRANSIENT, KubeError)),
+            retry=retry_if_exception_type(Exception),
             wait=wait_exponential(multiplier=0.1, max=self._max_backoff) + wait_random(0, 0.5),
             before_sleep=lambda state: self.log.warning(
                 "watch failed; retrying",

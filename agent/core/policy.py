@@ -170,6 +170,7 @@ def policy_from_machine_configuration(obj: Any) -> LivePolicy | None:
 
 
 CERTS_DIR = "/etc/docker/certs.d/"
+LIVE_DIRS = frozenset({"/home/core/.ssh", "/home/core/.ssh/authorized_keys.d"})
 _FIXED_LIVE_PATHS = frozenset(
     {SSH_KEYS_PATH, SHADOW_PATH, BOOTC_AUTH, KUBELET_CA, CLOUD_CA, INTERNAL_PULL_SECRET,
      KUBECONFIG, KUBELET_KUBECONFIG}
@@ -184,6 +185,10 @@ class Allowlist:
     policy: LivePolicy = BUILTIN_POLICY
 
     def allows(self, path: str) -> bool:
+        """A file path the live part may write; with a trailing "/", a directory it may create
+        and set the mode and owner of (only the SSH key's parents)."""
+        if path.endswith("/"):
+            return path.rstrip("/") in LIVE_DIRS
         if path in _FIXED_LIVE_PATHS or path.startswith(CERTS_DIR):
             return True
         if self.policy.file_actions(path) is not None:

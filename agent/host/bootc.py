@@ -42,7 +42,7 @@ from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.ports import Progress, ProgressCallback
 from agent.host.units import ProcessUnitRunner, UnitRunner, UnitState, run_process
-from agent.model.bootc_status import BootcHost, bootc_host_from_object
+from agent.model.bootc_status import BootcHost, parse_bootc_status
 from agent.model.imageref import ImageRef
 from agent.model.sigpolicy import POLICY_PATH
 
@@ -191,8 +191,8 @@ class Bootc:
             "bootc status",
         )
         try:
-            return bootc_host_from_object(json.loads(out))
-        except (ValueError, InputError) as exc:
+            return parse_bootc_status(out)  # never more than an InputError, however hostile
+        except InputError as exc:
             raise HostError(f"unreadable bootc status: {exc}", kind="other") from None
 
     async def status(self) -> BootcHost:
@@ -274,7 +274,7 @@ class Bootc:
                     "would boot the staged image",
                     kind="unsupported",
                 )
-            if await self._staged_already(image.digest):
+            if await self._staged_already(image.digest, trust.enforce):
                 return
             argv = [self.bootc, "switch", "--transport", "registry"]
             if trust.enforce:
@@ -287,12 +287,17 @@ class Bootc:
             description = await self._start_or_adopt(ref, argv, trust)
             await self._follow(description, on_progress if caps.progress_fd else None)
 
-    async def _staged_already(self, digest: str) -> bool:
-        """Whether `digest` is staged and stays so. Not while a stage unit runs: it may be
-        replacing the staged deployment (a newer target), or be ours to adopt and follow."""
+    async def _staged_already(self, digest: str, enforce: bool) -> bool:
+        """Whether `digest` is staged, verified as asked, and stays so. Not while a stage unit
+        runs: it may be replacing the staged deployment (a newer target), or be ours to adopt
+        and follow. A deployment staged unverified does not do for a stage that must verify:
+        bootc's spec includes the signature source, so that switch pulls and verifies again."""
         if (await self.runner.unit_state(self.unit)).running:
             return False
-        return (await self._status()).staged_digest == digest
+        staged = (await self._status()).staged
+        if staged is None or staged.image is None or staged.image.digest != digest:
+            return False
+        return staged.image.policy_enforced or not enforce
 
     def _paths(self, what: tuple[str, ...] = ("stderr", "progress")) -> tuple[Path, ...]:
         """Files beside the stage (stderr, progress by default) as the command sees them,

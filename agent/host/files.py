@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -18,16 +19,63 @@ from agent.model.ignition import Owner
 
 TMP_SUFFIX = ".image-mode-agent.tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NAME_MAX = 255
+# uid_t and gid_t are 32 bits; 2**32 - 1 is chown's "leave unchanged".
+_MAX_ID = 2**32 - 2
+
+
+def shown(path: str) -> str:
+    """A path as messages print it: as is, or quoted and escaped when it holds control
+    characters or bytes that are not UTF-8 (a log line or an annotation must stay one line)."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return repr(path)
+    return path if path.isprintable() else repr(path)
 
 
 def split_path(path: str) -> list[str]:
     """Components of an absolute, normalized path; refuses anything that could escape."""
-    if not path.startswith("/"):
+    if not isinstance(path, str) or not path.startswith("/"):
         raise HostError(f"refusing relative path {path!r}", kind="path")
     parts = path.split("/")[1:]
     if not parts or any(p in ("", ".", "..") for p in parts) or "\0" in path:
         raise HostError(f"refusing path {path!r}: not normalized", kind="path")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:  # a lone surrogate that does not stand for an undecodable byte
+        raise HostError(f"refusing path {path!r}: not encodable", kind="path") from None
     return parts
+
+
+def _temp_name(name: str) -> str:
+    """The temporary sibling a write goes to first; a long name gets a short, stable one."""
+    tmp = f".{name}{TMP_SUFFIX}"
+    if len(os.fsencode(tmp)) <= _NAME_MAX:
+        return tmp
+    return f".{hashlib.sha256(os.fsencode(name)).hexdigest()}{TMP_SUFFIX}"
+
+
+def _checked_id(ident: int, what: str) -> int:
+    if not 0 <= ident <= _MAX_ID:
+        raise HostError(f"{what} id out of range (0 to {_MAX_ID})", kind="owner")
+    return ident
+
+
+@contextlib.contextmanager
+def _io_errors(action: str, path: str, *, absent_ok: bool = False) -> Iterator[None]:
+    """An OSError the port does not handle itself, as a HostError naming the path;
+    FileNotFoundError passes through when the caller treats "absent" as an answer."""
+    try:
+        yield
+    except FileNotFoundError:
+        if absent_ok:
+            raise
+        raise HostError(f"cannot {action} {shown(path)}: not found", kind="path") from None
+    except OSError as exc:
+        raise HostError(
+            f"cannot {action} {shown(path)}: {exc.strerror or exc}", kind="path"
+        ) from None
 
 
 def _lookup(db: Path, name: str, what: str) -> int:
@@ -35,7 +83,7 @@ def _lookup(db: Path, name: str, what: str) -> int:
         for line in db.read_text().splitlines():
             fields = line.split(":")
             if len(fields) > 2 and fields[0] == name:
-                return int(fields[2])
+                return _checked_id(int(fields[2]), what)
     except (OSError, ValueError) as exc:
         raise HostError(f"cannot read {db}: {exc}", kind="owner") from None
     raise HostError(f"unknown {what} {name!r} (not in {db})", kind="owner")
@@ -56,15 +104,28 @@ class RootedFiles:
     # -- ownership -----------------------------------------------------------------------
     def _uid(self, owner: Owner) -> int:
         if owner.id is not None:
-            return owner.id
+            return _checked_id(owner.id, "user")
         return _lookup(self.root / "etc/passwd", owner.name, "user") if owner.name else 0
 
     def _gid(self, owner: Owner) -> int:
         if owner.id is not None:
-            return owner.id
+            return _checked_id(owner.id, "group")
         return _lookup(self.root / "etc/group", owner.name, "group") if owner.name else 0
 
     # -- directory walking ---------------------------------------------------------------
+    @staticmethod
+    def _open_dir(fd: int, part: str, path: str, parts: list[str], i: int) -> int:
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                where = "/" + "/".join(parts[: i + 1])
+                raise HostError(
+                    f"refusing {shown(path)}: {shown(where)} is a symlink or not a directory",
+                    kind="path",
+                ) from None
+            raise
+
     @contextlib.contextmanager
     def _parent(self, path: str, create: bool, dir_mode: int = 0o755) -> Iterator[tuple[int, str]]:
         parts = split_path(path)
@@ -72,20 +133,13 @@ class RootedFiles:
         try:
             for i, part in enumerate(parts[:-1]):
                 try:
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    child = self._open_dir(fd, part, path, parts, i)
                 except FileNotFoundError:
                     if not create:
                         raise
-                    os.mkdir(part, dir_mode, dir_fd=fd)
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        where = "/" + "/".join(parts[: i + 1])
-                        raise HostError(
-                            f"refusing {path}: {where} is a symlink or not a directory",
-                            kind="path",
-                        ) from None
-                    raise
+                    with contextlib.suppress(FileExistsError):  # made since: opened below
+                        os.mkdir(part, dir_mode, dir_fd=fd)
+                    child = self._open_dir(fd, part, path, parts, i)
                 os.close(fd)
                 fd = child
             yield fd, parts[-1]
@@ -95,7 +149,7 @@ class RootedFiles:
     def _check_allowed(self, path: str) -> None:
         split_path(path)
         if not self._is_allowed(path):
-            raise HostError(f"refusing {path}: not on the live allowlist", kind="path")
+            raise HostError(f"refusing {shown(path)}: not on the live allowlist", kind="path")
 
     @staticmethod
     def _existing_kind(dirfd: int, name: str) -> int | None:
@@ -108,11 +162,13 @@ class RootedFiles:
     def write(self, path: str, contents: bytes, *, mode: int, user: Owner, group: Owner) -> None:
         self._check_allowed(path)
         uid, gid = self._uid(user), self._gid(group)
-        with self._parent(path, create=True) as (dirfd, name):
+        with _io_errors("write", path), self._parent(path, create=True) as (dirfd, name):
             existing = self._existing_kind(dirfd, name)
             if existing is not None and not stat.S_ISREG(existing):
-                raise HostError(f"refusing {path}: exists and is not a regular file", kind="path")
-            tmp = f".{name}{TMP_SUFFIX}"
+                raise HostError(
+                    f"refusing {shown(path)}: exists and is not a regular file", kind="path"
+                )
+            tmp = _temp_name(name)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dirfd)  # left by a crash mid-write
             fd = os.open(
@@ -127,26 +183,33 @@ class RootedFiles:
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fsync(fd)
-            except BaseException:
                 os.close(fd)
+                fd = -1
+                os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+            except BaseException:
+                if fd >= 0:
+                    os.close(fd)
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=dirfd)
                 raise
-            os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
             os.fsync(dirfd)
 
     def ensure_dir(self, path: str, *, mode: int, user: Owner, group: Owner) -> None:
         split_path(path)
+        if not self._is_allowed(path.rstrip("/") + "/"):
+            raise HostError(f"refusing {shown(path)}: not a live-managed directory", kind="path")
         uid, gid = self._uid(user), self._gid(group)
-        with self._parent(path, create=True) as (dirfd, name):
+        with (
+            _io_errors("create the directory", path),
+            self._parent(path, create=True) as (dirfd, name),
+        ):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, mode, dir_fd=dirfd)
             try:
                 fd = os.open(name, _DIR_FLAGS, dir_fd=dirfd)
             except OSError as exc:
                 raise HostError(
-                    f"refusing {path}: a symlink or not a directory", kind="path"
+                    f"refusing {shown(path)}: a symlink or not a directory", kind="path"
                 ) from (exc)
             try:
                 if self._set_owner:
@@ -159,12 +222,15 @@ class RootedFiles:
     def delete(self, path: str) -> None:
         self._check_allowed(path)
         try:
-            with self._parent(path, create=False) as (dirfd, name):
+            with (
+                _io_errors("delete", path, absent_ok=True),
+                self._parent(path, create=False) as (dirfd, name),
+            ):
                 existing = self._existing_kind(dirfd, name)
                 if existing is None:
                     return
                 if stat.S_ISDIR(existing):
-                    raise HostError(f"refusing to delete {path}: a directory", kind="path")
+                    raise HostError(f"refusing to delete {shown(path)}: a directory", kind="path")
                 os.unlink(name, dir_fd=dirfd)
                 os.fsync(dirfd)
         except FileNotFoundError:
@@ -173,20 +239,38 @@ class RootedFiles:
     def read(self, path: str) -> bytes | None:
         try:
             with self._parent(path, create=False) as (dirfd, name):
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+                # Neither open a device nor wait on a FIFO for a writer: look first, then open
+                # without blocking and look again at what was opened.
+                kind = self._existing_kind(dirfd, name)
+                if kind is not None and not stat.S_ISREG(kind) and not stat.S_ISLNK(kind):
+                    raise HostError(
+                        f"refusing to read {shown(path)}: not a regular file", kind="path"
+                    )
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+                fd = os.open(name, flags, dir_fd=dirfd)
                 with os.fdopen(fd, "rb") as handle:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise HostError(
+                            f"refusing to read {shown(path)}: not a regular file", kind="path"
+                        )
+                    os.set_blocking(fd, True)
                     return handle.read()
         except FileNotFoundError:
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise HostError(f"refusing to read {path}: a symlink", kind="path") from None
-            raise
+                raise HostError(f"refusing to read {shown(path)}: a symlink", kind="path") from None
+            raise HostError(
+                f"cannot read {shown(path)}: {exc.strerror or exc}", kind="path"
+            ) from None
 
     def mode_of(self, path: str) -> int | None:
         """Permission bits of an existing regular file, None when absent."""
         try:
-            with self._parent(path, create=False) as (dirfd, name):
+            with (
+                _io_errors("inspect", path, absent_ok=True),
+                self._parent(path, create=False) as (dirfd, name),
+            ):
                 kind = self._existing_kind(dirfd, name)
         except FileNotFoundError:
             return None
@@ -206,9 +290,11 @@ class RootedFiles:
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise HostError(
-                    f"refusing {path}: a symlink or not a directory", kind="path"
+                    f"refusing {shown(path)}: a symlink or not a directory", kind="path"
                 ) from None
-            raise
+            raise HostError(
+                f"cannot list {shown(path)}: {exc.strerror or exc}", kind="path"
+            ) from None
 
     def remove_dir(self, path: str) -> None:
         """Remove an allowlisted directory and the regular files in it."""
@@ -216,7 +302,10 @@ class RootedFiles:
         for name in self.list_dir(path):
             self.delete(f"{path}/{name}")
         try:
-            with self._parent(path, create=False) as (dirfd, name):
+            with (
+                _io_errors("remove", path, absent_ok=True),
+                self._parent(path, create=False) as (dirfd, name),
+            ):
                 os.rmdir(name, dir_fd=dirfd)
                 os.fsync(dirfd)
         except FileNotFoundError:
@@ -224,29 +313,41 @@ class RootedFiles:
 
     def set_password_hash(self, user: str, password_hash: str) -> None:
         """Replace the hash field of `user` in /etc/shadow, as `usermod -p` does."""
-        if ":" in password_hash or "\n" in password_hash:
-            raise HostError("refusing a password hash containing ':' or a newline", kind="input")
+        if any(c in password_hash for c in ":\n\0"):
+            raise HostError(
+                "refusing a password hash containing ':', a newline or a NUL", kind="input"
+            )
+        try:
+            new_hash, name = password_hash.encode(), user.encode()
+        except UnicodeEncodeError:
+            raise HostError(
+                "refusing a password hash or user that is not Unicode", kind="input"
+            ) from None
         shadow = self.read("/etc/shadow")
         if shadow is None:
             raise HostError("cannot set the password: /etc/shadow does not exist", kind="owner")
-        lines = shadow.decode().splitlines()
+        # Bytes, split on newlines only: the file is not ours to re-encode or re-split.
+        lines = shadow.split(b"\n")
         for i, line in enumerate(lines):
-            fields = line.split(":")
-            if fields[0] == user and len(fields) > 1:
-                fields[1] = password_hash
-                lines[i] = ":".join(fields)
+            fields = line.split(b":")
+            if fields[0] == name and len(fields) > 1:
+                fields[1] = new_hash
+                lines[i] = b":".join(fields)
                 break
         else:
             raise HostError(
                 f"cannot set the password: no user {user!r} in /etc/shadow", kind="owner"
             )
-        with self._parent("/etc/shadow", create=False) as (dirfd, name):
-            info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-        owner = Owner(id=info.st_uid)
+        with (
+            _io_errors("inspect", "/etc/shadow"),
+            self._parent("/etc/shadow", create=False) as (dirfd, entry),
+        ):
+            info = os.stat(entry, dir_fd=dirfd, follow_symlinks=False)
+        text = b"\n".join(lines)
         self.write(
             "/etc/shadow",
-            ("\n".join(lines) + "\n").encode(),
+            text if text.endswith(b"\n") else text + b"\n",
             mode=stat.S_IMODE(info.st_mode),
-            user=owner,
+            user=Owner(id=info.st_uid),
             group=Owner(id=info.st_gid),
         )

@@ -254,7 +254,11 @@ class SimulatedHost:
             name = slot["ref"].split("@", 1)[0]
             return {
                 "image": {
-                    "image": {"image": name, "transport": "registry"},
+                    "image": {
+                        "image": name,
+                        "transport": "registry",
+                        **({"signature": "containerPolicy"} if slot.get("enforced") else {}),
+                    },
                     "version": meta.get("version"),
                     "timestamp": meta.get("created"),
                     "imageDigest": slot["digest"],
@@ -336,14 +340,20 @@ class SimulatedBootc:
         if trust.enforce:
             self._verify(image, meta, trust)
         staged = self.sim._state()["staged"]
-        if staged is not None and staged["digest"] == image.digest:
+        # An unverified one is pulled and verified again, as bootc does (its spec differs).
+        if (
+            staged is not None
+            and staged["digest"] == image.digest
+            and (staged.get("enforced") or not trust.enforce)
+        ):
             return
         await self._pull(image.digest, meta, on_progress)
         state = self.sim._state()
         if state["booted"]["digest"] == image.digest:
             state["staged"] = None  # switching to the booted image drops a staged one
         else:
-            state["staged"] = {"ref": str(image), "digest": image.digest, "locked": True}
+            state["staged"] = {"ref": str(image), "digest": image.digest, "locked": True,
+                               "enforced": trust.enforce}  # fmt: skip
         write_json(self.sim._state_path, state)
         self.sim.log_action("bootc", f"switch --transport registry {image}")
 

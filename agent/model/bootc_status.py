@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import InputError
-from agent.model.document import load_document
+from agent.model.document import load_document, plain_value
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,13 @@ class ImageStatus:
     version: str | None = None
     timestamp: str | None = None
     architecture: str | None = None
+    # How bootc verified it: "containerPolicy" (--enforce-container-sigpolicy), "insecure",
+    # "ostreeRemote:<remote>", or None (bootc's default: no verification).
+    signature: str | None = None
+
+    @property
+    def policy_enforced(self) -> bool:
+        return self.signature == "containerPolicy"
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,25 @@ class BootcHost:
         return f"{name}@{self.booted.image.digest}"
 
 
+def _text(value: Any, where: str) -> str | None:
+    """A string that may be absent; a YAML number (`version: 20231230.1`) is read as text."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return str(value)
+        except ValueError:  # more digits than Python prints
+            pass
+    raise InputError(f"expected a string, got {type(value).__name__}", field=where)
+
+
+def _flag(value: Any, where: str) -> bool:
+    """A boolean that may be absent or null; "false" is not a boolean (bootc's serde agrees)."""
+    if value is not None and not isinstance(value, bool):
+        raise InputError(f"expected a boolean, got {type(value).__name__}", field=where)
+    return bool(value)
+
+
 def _image_status(raw: Any, where: str) -> ImageStatus | None:
     if raw is None:
         return None
@@ -74,12 +100,22 @@ def _image_status(raw: Any, where: str) -> ImageStatus | None:
         raise InputError("missing", field=f"{where}.imageDigest")
     return ImageStatus(
         image=ref["image"],
-        transport=str(ref.get("transport") or "registry"),
+        transport=_text(ref.get("transport"), f"{where}.image.transport") or "registry",
         digest=digest,
-        version=raw.get("version"),
-        timestamp=str(raw["timestamp"]) if raw.get("timestamp") is not None else None,
-        architecture=raw.get("architecture"),
+        version=_text(raw.get("version"), f"{where}.version"),
+        timestamp=_text(raw.get("timestamp"), f"{where}.timestamp"),
+        architecture=_text(raw.get("architecture"), f"{where}.architecture"),
+        signature=_signature(ref.get("signature"), f"{where}.image.signature"),
     )
+
+
+def _signature(value: Any, where: str) -> str | None:
+    """bootc's ImageSignature: a unit variant as a string, `{"ostreeRemote": NAME}`."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1 and "ostreeRemote" in value:
+        return f"ostreeRemote:{_text(value['ostreeRemote'], where + '.ostreeRemote')}"
+    raise InputError("expected a string or {ostreeRemote: NAME}", field=where)
 
 
 def _entry(raw: Any, where: str) -> BootEntry | None:
@@ -90,14 +126,15 @@ def _entry(raw: Any, where: str) -> BootEntry | None:
     return BootEntry(
         image=_image_status(raw.get("image"), f"{where}.image"),
         cached_update=_image_status(raw.get("cachedUpdate"), f"{where}.cachedUpdate"),
-        incompatible=bool(raw.get("incompatible", False)),
-        pinned=bool(raw.get("pinned", False)),
-        soft_reboot_capable=bool(raw.get("softRebootCapable", False)),
-        download_only=bool(raw.get("downloadOnly", False)),
+        incompatible=_flag(raw.get("incompatible"), f"{where}.incompatible"),
+        pinned=_flag(raw.get("pinned"), f"{where}.pinned"),
+        soft_reboot_capable=_flag(raw.get("softRebootCapable"), f"{where}.softRebootCapable"),
+        download_only=_flag(raw.get("downloadOnly"), f"{where}.downloadOnly"),
     )
 
 
 def bootc_host_from_object(obj: Any) -> BootcHost:
+    obj = plain_value(obj)  # any value, not only one load_document returned
     if not isinstance(obj, dict):
         raise InputError("expected a BootcHost object")
     api = obj.get("apiVersion")
@@ -109,17 +146,23 @@ def bootc_host_from_object(obj: Any) -> BootcHost:
     spec = obj.get("spec") or {}
     spec_image = spec.get("image") if isinstance(spec, dict) else None
     others = status.get("otherDeployments") or []
+    if not isinstance(others, list):
+        raise InputError("expected a list", field="status.otherDeployments")
     return BootcHost(
         booted=_entry(status.get("booted"), "status.booted"),
         staged=_entry(status.get("staged"), "status.staged"),
         rollback=_entry(status.get("rollback"), "status.rollback"),
-        rollback_queued=bool(status.get("rollbackQueued", False)),
+        rollback_queued=_flag(status.get("rollbackQueued"), "status.rollbackQueued"),
         other_deployments=tuple(
             e
             for i, raw in enumerate(others)
             if (e := _entry(raw, f"status.otherDeployments[{i}]")) is not None
         ),
-        spec_image=spec_image.get("image") if isinstance(spec_image, dict) else None,
+        spec_image=(
+            _text(spec_image.get("image"), "spec.image.image")
+            if isinstance(spec_image, dict)
+            else None
+        ),
     )
 
 

@@ -14,8 +14,11 @@ from agent.model.dataurl import decode_data_url, decompress
 
 T = TypeVar("T")
 SUPPORTED_MINORS = range(0, 6)  # Ignition spec 3.0 to 3.5
-_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:-experimental)?")
+# ASCII digits only (`\d` takes any script's digits), and few enough for int() to convert.
+_VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})(?:-experimental)?")
 _USER_FIELDS = frozenset({"name", "sshAuthorizedKeys", "passwordHash"})
+# uid_t and gid_t are 32 bits; 2**32 - 1 is chown's "leave unchanged".
+_MAX_ID = 2**32 - 2
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,10 @@ def _expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) ->
     return value
 
 
+def _optional_bool(value: Any, where: str) -> bool | None:
+    return None if value is None else _expect(value, bool, where, "a boolean")
+
+
 def _owner(raw: Any, where: str) -> Owner:
     if raw is None:
         return Owner()
@@ -108,6 +115,8 @@ def _owner(raw: Any, where: str) -> Owner:
         _expect(ident, int, f"{where}.id", "an integer")
         if ident < 0:
             raise InputError("must not be negative", field=f"{where}.id")
+        if ident > _MAX_ID:
+            raise InputError(f"out of range (at most {_MAX_ID})", field=f"{where}.id")
     if name is not None:
         _expect(name, str, f"{where}.name", "a string")
     return Owner(ident, name or None)
@@ -139,16 +148,19 @@ def _file(raw: Any, where: str) -> FileEntry:
         mode = 0o644
     _expect(mode, int, f"{where}.mode", "an integer")
     if not 0 <= mode <= 0o7777:
-        raise InputError(f"mode {mode} is out of range", field=f"{where}.mode")
-    overwrite = raw.get("overwrite")
+        raise InputError(f"mode {mode:#o} is out of range", field=f"{where}.mode")
+    overwrite = _optional_bool(raw.get("overwrite"), f"{where}.overwrite")
+    append = raw.get("append")
+    if append is not None:
+        _expect(append, list, f"{where}.append", "a list")
     return FileEntry(
         path=path,
         contents=data,
         mode=mode,
         user=_owner(raw.get("user"), f"{where}.user"),
         group=_owner(raw.get("group"), f"{where}.group"),
-        overwrite=overwrite if isinstance(overwrite, bool) else None,
-        has_append=bool(raw.get("append")),
+        overwrite=overwrite,
+        has_append=bool(append),
     )
 
 
@@ -159,7 +171,9 @@ def _unit(raw: Any, where: str) -> Unit:
     if contents is not None:
         _expect(contents, str, f"{where}.contents", "a string")
     dropins = []
-    for i, dropin in enumerate(raw.get("dropins") or []):
+    raw_dropins = raw.get("dropins") or []
+    _expect(raw_dropins, list, f"{where}.dropins", "a list")
+    for i, dropin in enumerate(raw_dropins):
         dwhere = f"{where}.dropins[{i}]"
         _expect(dropin, dict, dwhere, "an object")
         dname = _expect(dropin.get("name"), str, f"{dwhere}.name", "a string")
@@ -167,12 +181,11 @@ def _unit(raw: Any, where: str) -> Unit:
         if dcontents is not None:
             _expect(dcontents, str, f"{dwhere}.contents", "a string")
         dropins.append(Dropin(dname, dcontents))
-    enabled, mask = raw.get("enabled"), raw.get("mask")
     return Unit(
         name=name,
         contents=contents,
-        enabled=enabled if isinstance(enabled, bool) else None,
-        mask=mask if isinstance(mask, bool) else None,
+        enabled=_optional_bool(raw.get("enabled"), f"{where}.enabled"),
+        mask=_optional_bool(raw.get("mask"), f"{where}.mask"),
         dropins=tuple(sorted(dropins, key=lambda d: d.name)),
     )
 

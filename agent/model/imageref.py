@@ -13,6 +13,8 @@ _REGISTRY = re.compile(
 )
 _PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# A registry host (253), a repository path (255), a tag (128) and a digest (71) fit well within.
+MAX_LENGTH = 1024
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,14 @@ def parse_image_ref(text: str) -> ImageRef:
     """Parse and validate a reference; raises InputError naming what is wrong."""
     if not isinstance(text, str) or not text:
         raise InputError("image reference is empty")
+    if len(text) > MAX_LENGTH:
+        raise InputError(
+            f"image reference is too long ({len(text)} characters, at most {MAX_LENGTH})"
+        )
     if any(ch.isspace() for ch in text):
         raise InputError(f"image reference {text!r} contains whitespace")
-    rest, _, digest = text.partition("@")
-    if digest and not _DIGEST.fullmatch(digest):
+    rest, at, digest = text.partition("@")
+    if at and not _DIGEST.fullmatch(digest):
         raise InputError(f"image reference {text!r}: digest must be sha256:<64 lowercase hex>")
     registry, slash, path = rest.partition("/")
     if not slash or not path:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.errors import InputError
-from agent.model.document import load_document
+from agent.model.document import load_document, plain_value
 from agent.model.ignition import IgnitionConfig, empty_config, parse_ignition
 
 _KERNEL_TYPES = {
@@ -49,11 +49,16 @@ def machine_config_from_object(
 ) -> MachineConfig:
     """A parsed document to a MachineConfig. A bare Ignition config is accepted as the
     `spec.config` of an otherwise empty MachineConfig."""
+    obj = plain_value(obj)  # any value, not only one load_document returned
+    if fingerprint is None:
+        canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+        fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
+    return _machine_config(obj, default_name, fingerprint)
+
+
+def _machine_config(obj: Any, default_name: str, fingerprint: str) -> MachineConfig:
     if not isinstance(obj, dict):
         raise InputError(f"expected a MachineConfig object, got {type(obj).__name__}")
-    if fingerprint is None:
-        canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-        fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
     if "ignition" in obj and "kind" not in obj:
         return MachineConfig(
             name=default_name, ignition=parse_ignition(obj, "config"), fingerprint=fingerprint
@@ -80,13 +85,16 @@ def machine_config_from_object(
             config = json.loads(config) if config.strip() else None
         except json.JSONDecodeError as exc:
             raise InputError(f"invalid Ignition JSON: {exc.msg}", field="spec.config") from None
+        except (ValueError, RecursionError):  # a number too long, nesting too deep
+            raise InputError("invalid Ignition JSON", field="spec.config") from None
+        config = plain_value(config, "spec.config")
     ignition = empty_config() if config in (None, {}) else parse_ignition(config, "spec.config")
 
     url = spec.get("osImageURL")
     if url is not None and not isinstance(url, str):
         raise InputError("expected a string", field="spec.osImageURL")
     kernel_type = spec.get("kernelType") or ""
-    if kernel_type not in _KERNEL_TYPES:
+    if not isinstance(kernel_type, str) or kernel_type not in _KERNEL_TYPES:
         raise InputError(
             f"unknown kernel type {kernel_type!r} (default, realtime, 64k-pages)",
             field="spec.kernelType",
@@ -110,4 +118,4 @@ def parse_machine_config(data: bytes, default_name: str = "") -> MachineConfig:
     """Bytes of a MachineConfig (or bare Ignition) document to a MachineConfig."""
     # Hashing the bytes is cheaper than a canonical re-serialization of a large document.
     fingerprint = hashlib.sha256(data).hexdigest()
-    return machine_config_from_object(load_document(data), default_name, fingerprint)
+    return _machine_config(load_document(data), default_name, fingerprint)

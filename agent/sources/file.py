@@ -18,7 +18,9 @@ def load_desired(path: Path, image_override: str | None = None) -> Desired:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", source=str(path)) from None
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+    except ValueError:  # a NUL in the path
+        raise InputError("cannot read: not a valid path", source=repr(str(path))) from None
     try:
         config = parse_machine_config(data, default_name=path.stem)
     except InputError as exc:

@@ -1,13 +1,55 @@
 """The configs recorded on the host: the one it runs (`current-config`, like the MCD's on-disk
-config) and the one an update is bringing (`pending-config`), each replaced atomically."""
+config) and the one an update is bringing (`pending-config`), each replaced atomically.
+
+A recorded config that cannot be read or parsed is never deleted, replaced or skipped to get
+past it: it is the only record of what the host runs (current) or of the update in flight
+(pending), and planning from a guess could apply, or fail to refuse, a change. Reading it
+raises HostError(kind="journal") whose message names the file and the field at fault, so the
+agent reports Degraded (the Node's reason in cluster mode, status.json and /status in file
+mode), keeps running, and reads the file again with backoff: it heals once someone fixes the
+file or moves it away (with no current-config, cluster mode adopts the Node's currentConfig
+again and file mode plans from none, as on a first start). Only the engine's own bookkeeping
+replaces or drops a pending config: a new update records its own, a commit or a rollback
+drops it once done (a revert that cannot read it stops before the drop)."""
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
 from agent.errors import HostError, InputError
 from agent.host.durable import write_atomic
 from agent.model.machineconfig import MachineConfig, parse_machine_config
+
+# What a parser may raise on a shape it did not expect, beside its own InputError: reported as
+# unusable input, never allowed to end the agent.
+PARSE_FAULTS = (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError)
+
+
+def describe_fault(exc: BaseException) -> str:
+    """What failed and where (`TypeError in agent/model/ignition.py:120`), never the message:
+    that may quote the content, and secret contents never reach a reason or a log."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return type(exc).__name__
+    parts = Path(frames[-1].filename).parts
+    shown = "/".join(parts[parts.index("agent") :] if "agent" in parts else parts[-1:])
+    return f"{type(exc).__name__} in {shown}:{frames[-1].lineno}"
+
+
+def fault_frames(exc: BaseException) -> str:
+    """The traceback of `exc` without its message (see `describe_fault`), for the log."""
+    return "".join(traceback.format_tb(exc.__traceback__)) + type(exc).__name__
+
+
+def parse_config(data: bytes, default_name: str = "") -> MachineConfig:
+    """`parse_machine_config`, with a parser crash on an unexpected shape as an InputError."""
+    try:
+        return parse_machine_config(data, default_name)
+    except InputError:
+        raise
+    except PARSE_FAULTS as exc:
+        raise InputError(f"unexpected content ({describe_fault(exc)})") from None
 
 
 class ConfigStore:
@@ -16,15 +58,26 @@ class ConfigStore:
         self.pending_path = state_dir / "pending-config"
 
     @staticmethod
-    def _read(path: Path) -> MachineConfig | None:
+    def _bytes(path: Path) -> bytes | None:
         try:
-            data = path.read_bytes()
+            return path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise HostError(f"recorded config {path} is unreadable: {exc.strerror or exc}",
+                            kind="journal") from None  # fmt: skip
+
+    @staticmethod
+    def _parse(path: Path, data: bytes) -> MachineConfig:
         try:
-            return parse_machine_config(data)
+            return parse_config(data)
         except InputError as exc:
-            raise HostError(f"recorded {path.name} is unreadable: {exc}", kind="journal") from None
+            problem = f"recorded config {path} is unreadable: {exc}"
+            raise HostError(problem, kind="journal") from None
+
+    def _read(self, path: Path) -> MachineConfig | None:
+        data = self._bytes(path)
+        return None if data is None else self._parse(path, data)
 
     def current(self) -> MachineConfig | None:
         return self._read(self.current_path)
@@ -33,10 +86,21 @@ class ConfigStore:
         return self._read(self.pending_path)
 
     def pending_document(self) -> bytes:
-        return self.pending_path.read_bytes()
+        """The pending config's bytes; HostError naming the file when it is missing (an update
+        in flight without its record) or unreadable."""
+        data = self._bytes(self.pending_path)
+        if data is None:
+            raise HostError(f"recorded config {self.pending_path} is missing: the update in "
+                            "flight has no record of its config", kind="journal")  # fmt: skip
+        return data
+
+    def pending_recorded(self) -> tuple[MachineConfig, bytes]:
+        """The pending config, parsed, and its bytes (HostError as `pending_document`)."""
+        data = self.pending_document()
+        return self._parse(self.pending_path, data), data
 
     def record_current(self, document: bytes) -> None:
-        parse_machine_config(document)  # refuse to record what could not be read back
+        parse_config(document)  # refuse to record what could not be read back
         write_atomic(self.current_path, document)
 
     def record_pending(self, document: bytes) -> None:

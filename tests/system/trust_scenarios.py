@@ -27,7 +27,7 @@ from tests.system.scenarios import (
     settle_done,
     wait_state,
 )
-from tests.system.world import AGENT_ENV, DESIRED, Image, World, image_files
+from tests.system.world import AGENT_ENV, Image, World, image_files
 
 POLICY = "/etc/containers/policy.json"
 REGISTRIES_D = "/etc/containers/registries.d/50-system-tier.yaml"
@@ -182,8 +182,9 @@ def signed_images_scenario(w: World, m: Machine) -> None:
     w.boot_into(m, v1)
     w.install_agent(m, v1)
     m.write(DISRUPTION_POLICY, json.dumps(disruption_policy(), indent=1))
-    args = f"--source file:{DESIRED} --host {w.host_mode} --policy {DISRUPTION_POLICY}"
-    m.write(AGENT_ENV, f'IMAGE_MODE_AGENT_ARGS="{args}"\n')
+    env = (m.read(AGENT_ENV) or "").rstrip()
+    expect(env.endswith('"'), f"unexpected {AGENT_ENV}: {env}")
+    m.write(AGENT_ENV, f'{env[:-1]} --policy {DISRUPTION_POLICY}"\n')
     m.start()
     m.wait_booted(1)
     settle_done(m, v1)

@@ -126,6 +126,30 @@ async def test_unusable_controller_config_degrades_without_flapping_then_heals(
     assert (cluster.sim.root / "etc/kubernetes/kubelet-ca.crt").read_text().startswith("-----")
 
 
+async def test_an_update_in_flight_finishes_before_a_broken_controller_config_is_reported(
+    cluster: Cluster,
+) -> None:
+    """Drained, staged and rebooting when the ControllerConfig breaks: the update is
+    verified, committed and uncordoned all the same (never a node left cordoned); the next
+    pass, idle, reports the ControllerConfig."""
+    cluster.kube.enable_drain_controller()
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v2")
+    cluster.set_desired("rendered-worker-2")
+    assert await asyncio.wait_for(cluster.procs[-1].wait(), 60) == 3  # the simulated reboot
+    cc = yaml.safe_load(CONTROLLER_CONFIG.read_text())
+    cc["spec"]["kubeAPIServerServingCAData"] = "%%% not base64 %%%"
+    cluster.kube.put(cc)
+    await cluster.start_agent()
+    annotations = await cluster.wait_annotations(degraded("controllerconfig"))
+    assert annotations[P + "currentConfig"] == "rendered-worker-2"
+    assert annotations[P + "desiredDrain"] == "uncordon-rendered-worker-2"
+    assert annotations[P + "lastAppliedDrain"] == "uncordon-rendered-worker-2"
+    assert cluster.reboots() == 1
+    await stays_put(cluster)
+
+
 def _machine_configuration(files: Any) -> dict[str, Any]:
     return {
         "apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",

@@ -49,7 +49,7 @@ from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
 from agent.update.configstore import PARSE_FAULTS, describe_fault, fault_frames
 from agent.update.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
-from agent.update.journal import Record
+from agent.update.journal import IN_FLIGHT, Record
 
 NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
 _RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
@@ -301,10 +301,19 @@ class ClusterAgent:
         self.events.node_uid = node.uid
         if node.get(A.CURRENT_CONFIG) is None and await self._seed_first_boot():
             return None  # the watch brings the seeded annotations back
-        rotation = await self._sync_certificates(node)
-        if rotation is not None:
-            return rotation
-        self._refresh_policy()
+        try:
+            rotation = await self._sync_certificates(node)
+            if rotation is not None:
+                return rotation
+            self._refresh_policy()
+        except Unusable as exc:
+            # An update past its live writes (drained, staged, rebooting) finishes with the
+            # policy it started under: a broken ControllerConfig must not leave a node
+            # cordoned. The next pass, idle, reports it.
+            if not self._in_flight():
+                raise
+            self.log.warning("input not usable; finishing the update in flight first",
+                             reason=f"cannot use {exc.error}")  # fmt: skip
         desired_name = node.desired_config
         if not desired_name:
             return None
@@ -487,6 +496,12 @@ class ClusterAgent:
         except InputError as exc:
             raise Unusable(exc) from None
         self.current_rendered.stop()
+
+    def _in_flight(self) -> bool:
+        try:
+            return self.engine.journal.load().phase in IN_FLIGHT
+        except HostError:  # unreadable: the pass reports it
+            return False
 
     def _refresh_policy(self) -> None:
         """The live policy: the built-in one extended by MachineConfiguration/cluster. One that

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
 from pathlib import Path
@@ -275,3 +276,40 @@ async def test_a_lost_progress_report_is_logged_not_raised(cluster: Cluster) -> 
     stderr = (await proc.stderr.read()).decode()
     assert "staging progress not reported" in stderr
     assert "Task exception was never retrieved" not in stderr
+
+
+async def test_an_image_the_signature_policy_refuses_is_never_drained_for(
+    cluster: Cluster,
+) -> None:
+    """The host's policy requires a signature for the OS repository: an unsigned image is
+    refused at staging (Degraded naming the image and the scope, no drain, no reboot, and the
+    pre-stage refused as well); a signed one then updates with one drain and one reboot."""
+    key = "/etc/pki/containers/os.gpg"
+    policy = {"default": [{"type": "reject"}], "transports": {"docker": {"quay.example/os": [
+        {"type": "signedBy", "keyType": "GPGKeys", "keyPath": key}]}}}  # fmt: skip
+    (cluster.sim.root / "etc/containers").mkdir(parents=True, exist_ok=True)
+    (cluster.sim.root / "etc/containers/policy.json").write_text(json.dumps(policy))
+    drains = track(cluster)
+    cluster.kube.enable_drain_controller()
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v2")
+    cluster.set_desired("rendered-worker-2")
+    annotations = await cluster.wait_annotations(
+        lambda a: "refused by the signature policy" in a.get(P + "reason", "")
+    )
+    assert annotations[P + "state"] == "Degraded"
+    assert annotations[P + "reason"].startswith(f"staging {cluster.images['v2']} refused")
+    assert 'transports.docker["quay.example/os"]: signedBy GPGKeys' in annotations[P + "reason"]
+    assert "A signature was required, but no signature exists" in annotations[P + "reason"]
+    assert (drains, cluster.reboots()) == ([], 0)
+    signed = cluster.sim.add_image(
+        "quay.example/os/node:signed", {"usr/lib/app/healthy": "yes"}, signed_by=(key,)
+    )
+    cluster.add_config("rendered-worker-3", signed)
+    cluster.set_desired("rendered-worker-3")
+    assert await exits(cluster.procs[-1], 60) == 3
+    await cluster.start_agent()
+    await cluster.wait_done("rendered-worker-3")
+    assert drains == ["drain-rendered-worker-3", "uncordon-rendered-worker-3"]
+    assert cluster.reboots() == 1

@@ -197,6 +197,12 @@ def _load(kubeconfig: bytes, source: str) -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "unparseable"
         raise InputError(f"not valid YAML: {problem}{where}", source=source) from None
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError, RecursionError) as exc:
+        # PyYAML's constructors on a scalar its tag does not allow (`!!int <token>`): their
+        # text quotes the scalar, so only the type is named.
+        raise InputError(
+            f"not valid YAML: a value that cannot be read ({type(exc).__name__})", source=source
+        ) from None
     if not isinstance(doc, dict):
         raise InputError("expected a kubeconfig mapping", source=source)
     return doc

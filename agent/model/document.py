@@ -159,8 +159,11 @@ def load_document(data: bytes) -> Any:
     except Exception as exc:
         # PyYAML's constructors raise bare KeyError, ValueError, IndexError or AttributeError
         # for a scalar that its tag or form does not allow (`!!bool abc`, `!!int`,
-        # `!!timestamp x`, an integer with more digits than Python converts).
-        raise InputError(f"invalid YAML: a value that cannot be read ({exc!r})") from None
+        # `!!timestamp x`, an integer with more digits than Python converts). Their text
+        # quotes the scalar, which may be a secret: only the type is named.
+        raise InputError(
+            f"invalid YAML: a value that cannot be read ({type(exc).__name__})"
+        ) from None
     if not docs:
         raise InputError("empty document")
     if len(docs) > 1:

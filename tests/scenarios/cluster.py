@@ -5,6 +5,7 @@ that need exact request counts run only where the server can count (`counts_requ
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -119,6 +120,38 @@ async def missing_rendered_config_heals(h: Harness) -> None:
     await h.wait_done("rendered-worker-9")
 
 
+CURRENT_IS_0 = {P + "currentConfig": "rendered-worker-0", P + "desiredConfig": "rendered-worker-1",
+                P + "state": "Done"}  # fmt: skip
+
+
+async def unusable_current_config_heals(h: Harness) -> None:
+    """The Node's currentConfig names a MachineConfig the agent cannot parse (the baseline it
+    adopts when the host records none): Degraded, naming it and the field, the agent still
+    running and acting on nothing; once the MachineConfig is replaced, the update goes on."""
+    await h.add_config("rendered-worker-0", "v1", version="banana")  # the schema allows it
+    await h.start_agent()
+    annotations = await h.wait_annotations(lambda a: a.get(P + "state") == "Degraded",
+                                           what="Degraded")  # fmt: skip
+    assert annotations[P + "reason"].startswith(
+        "cannot use machineconfig rendered-worker-0: spec.config.ignition.version: "
+    ), annotations[P + "reason"]
+    assert "banana" in annotations[P + "reason"]
+    if h.counts_requests:
+        writes = h.node_writes()
+    await asyncio.sleep(2.0)
+    assert h.procs[-1].returncode is None  # no exit 2, no restart loop
+    if h.counts_requests:
+        assert h.node_writes() == writes  # said once: no retry loop writing the Node
+    assert not (h.sim.root / "home/core/.ssh/authorized_keys.d/ignition").exists()
+    await h.add_config("rendered-worker-0", "v1", keys=["ssh-ed25519 AAAA-zero"])
+    annotations = await h.wait_done("rendered-worker-1")
+    assert annotations[P + "reason"] == ""
+    key = (h.sim.root / "home/core/.ssh/authorized_keys.d/ignition").read_text()
+    assert key == "ssh-ed25519 AAAA-one\n"
+    assert h.reboots() == 0
+    assert h.procs[-1].returncode is None
+
+
 async def first_boot_seeds_annotations(h: Harness) -> None:
     seed = h.sim.root / "etc/machine-config-daemon/node-annotations.json"
     seed.parent.mkdir(parents=True)
@@ -165,6 +198,7 @@ SCENARIOS = (
     Scenario("bad_image_rolled_back", bad_image_rolled_back),
     Scenario("refused_change_is_unreconcilable", refused_change_is_unreconcilable),
     Scenario("missing_rendered_config_heals", missing_rendered_config_heals),
+    Scenario("unusable_current_config_heals", unusable_current_config_heals, CURRENT_IS_0),
     Scenario("first_boot_seeds_annotations", first_boot_seeds_annotations, annotations={}),
     Scenario("api_server_restarted_mid_update", api_server_restarted_mid_update),
     Scenario("watch_expiry_relists", watch_expiry_relists),

@@ -30,6 +30,10 @@ def desired_drain_tracker(values: list[str]) -> Callable[[Change], None]:
     return hook
 
 
+# What the agent writes, by the store's plural: every version is kept for the canary check.
+AGENT_WRITES = {"nodes": "Node", "events": "Event", "machineconfignodes": "MachineConfigNode"}
+
+
 @dataclass
 class FakeHarness(Harness):
     kube: FakeKube = field(default_factory=FakeKube)
@@ -42,6 +46,7 @@ class FakeHarness(Harness):
         sim, images = make_host(base)
         h = cls(base, sim, images, kube=kube, counts_requests=True)
         kube.add_hook(desired_drain_tracker(h._drains))
+        kube.add_hook(h._record_write)
         await h.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"])
         kube.put({"apiVersion": "v1", "kind": "Node",
                   "metadata": {"name": h.node, "annotations": (
@@ -52,6 +57,14 @@ class FakeHarness(Harness):
                                   SA_RULES + NAMESPACED_SA_RULES)  # fmt: skip
         kube.write_kubeconfig(base / "sa.kubeconfig", sa)
         return h
+
+    def _record_write(self, change: Change) -> None:
+        kind = AGENT_WRITES.get(change.rt.plural)
+        if kind is not None and change.obj is not None:
+            self.saw(kind, change.obj)
+
+    async def agent_objects(self) -> dict[str, list[dict[str, Any]]]:
+        return {kind: self.kube.list(plural) for plural, kind in AGENT_WRITES.items()}
 
     async def put(self, obj: dict[str, Any]) -> None:
         self.kube.put(obj)

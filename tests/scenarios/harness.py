@@ -1,24 +1,62 @@
 """What a cluster scenario needs from an API server, written once: the simulated host, the
 agent process and the waits are shared; each server (the project's fakekube, the real
-kube-apiserver from the kit) supplies the few primitives below."""
+kube-apiserver from the kit) supplies the few primitives below.
+
+Every config a scenario adds carries the canary secrets (tests/secrets_canary.py), and
+`run_checked` scans everything the agent emitted for them afterwards (DESIGN.md §4): its
+console and JSON logs (agent starts alternate between a pseudo-terminal and a file for stderr),
+every version of the Node, Events and MachineConfigNodes the harness saw, `/status` and
+`/metrics` scraped while it ran, and the host's journal.json, status.json and actions.log."""
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
+import json
+import os
+import socket
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from agent.demo.loopback import P, stop_processes
 from agent.demo.objects import machine_config
 from agent.host.simulated import SimulatedHost
+from tests import secrets_canary as canary
 
 Annotations = dict[str, str]
 DEFAULT_ANNOTATIONS = {P + "currentConfig": "rendered-worker-1",
                        P + "desiredConfig": "rendered-worker-1", P + "state": "Done"}  # fmt: skip
+# stderr of the agent's starts, in turn: a file (JSON lines) and a pseudo-terminal (console).
+LOG_FORMATS = ("json", "console")
+STATE_DIR = "var/lib/image-mode-agent"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _copy_pty(master: int, sink: Path) -> None:
+    """Copy what the agent writes to its terminal into `sink` until every writer closed it."""
+    with open(sink, "ab") as out:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the last writer closed the terminal
+                break
+            if not chunk:
+                break
+            out.write(chunk)
+            out.flush()
+    os.close(master)
 
 
 @dataclass
@@ -32,6 +70,13 @@ class Harness(abc.ABC):
     procs: list[asyncio.subprocess.Process] = field(default_factory=list)
     # Whether the server can count the agent's requests exactly (only the fake can).
     counts_requests: bool = False
+    log_formats: tuple[str, ...] = LOG_FORMATS
+    # What the agent emitted, for the canary check: where -> the distinct texts seen there.
+    seen: dict[str, set[str]] = field(default_factory=dict)
+    logs: list[Path] = field(default_factory=list)  # every start's stdout and stderr
+    listens: list[str] = field(default_factory=list)  # every start's --listen address
+    _readers: list[threading.Thread] = field(default_factory=list)
+    _poller: asyncio.Task[None] | None = None
 
     # -- what each server supplies ------------------------------------------------------------
     @abc.abstractmethod
@@ -72,9 +117,16 @@ class Harness(abc.ABC):
     @abc.abstractmethod
     async def close_server(self) -> None: ...
 
+    async def agent_objects(self) -> dict[str, list[dict[str, Any]]]:
+        """What the agent writes to the API server, as it is now: {"Node": [...], "Event":
+        [...], "MachineConfigNode": [...]} (each server lists them its own way)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list the agent's objects")
+
     # -- shared ---------------------------------------------------------------------------------
     async def add_config(self, name: str, image: str, **kwargs: Any) -> None:
-        await self.put(machine_config(name=name, image=self.images.get(image, image), **kwargs))
+        """A rendered config, with the canary pull secret and core's canary password hash."""
+        doc = machine_config(name=name, image=self.images.get(image, image), **kwargs)
+        await self.put(canary.with_canary_secrets(doc))
 
     async def set_desired(self, name: str, **extra: str | None) -> None:
         await self.patch_annotations({P + "desiredConfig": name, **extra})
@@ -93,6 +145,7 @@ class Harness(abc.ABC):
                         node = await self.node_object()
                     except Exception:  # the server may be restarting: keep asking
                         node = None
+                    self.saw("Node", node)
                     if node is not None and predicate(node):
                         return node
                     if self.procs and self.procs[-1].returncode is not None:
@@ -120,14 +173,38 @@ class Harness(abc.ABC):
         )  # fmt: skip
 
     async def start_agent(self, *extra: str) -> asyncio.subprocess.Process:
+        """The agent at its most talkative (debug), its endpoints on a port of its own, its
+        stdout in a file and its stderr in a file (JSON lines) or on a terminal (console
+        lines), by turns."""
         sa, node = self.agent_kubeconfigs()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source", "kube",
-            "--host", f"simulated:{self.sim.base}", "--listen", "",
-            "--kubeconfig", str(sa), "--node-kubeconfig", str(node), "--node-name", self.node,
-            *extra,
-        )  # fmt: skip
+        n = len(self.procs)
+        fmt = self.log_formats[n % len(self.log_formats)]
+        listen = f"127.0.0.1:{free_port()}"
+        stdout_path = self.base / f"agent-{n}.stdout"
+        stderr_path = self.base / f"agent-{n}.{fmt}.log"
+        self.logs += [stdout_path, stderr_path]
+        with contextlib.ExitStack() as parent_copies:  # the child keeps its own
+            stdout = parent_copies.enter_context(open(stdout_path, "wb"))
+            if fmt == "console":
+                master, terminal = os.openpty()
+                parent_copies.callback(os.close, terminal)
+                reader = threading.Thread(target=_copy_pty, args=(master, stderr_path),
+                                          name=f"agent-{n}-tty", daemon=True)  # fmt: skip
+                reader.start()
+                self._readers.append(reader)
+                stderr: Any = terminal
+            else:
+                stderr = parent_copies.enter_context(open(stderr_path, "wb"))
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "agent", "--log-level", "debug", "run", "--source", "kube",
+                "--host", f"simulated:{self.sim.base}", "--listen", listen,
+                "--kubeconfig", str(sa), "--node-kubeconfig", str(node), "--node-name", self.node,
+                *extra, stdout=stdout, stderr=stderr,
+            )  # fmt: skip
         self.procs.append(proc)
+        self.listens.append(listen)
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll())
         return proc
 
     async def exits(self, timeout: float = 60.0) -> int:
@@ -140,5 +217,113 @@ class Harness(abc.ABC):
         return self.sim.status_document()["status"]["booted"]["image"]["imageDigest"]
 
     async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
         await stop_processes(self.procs)
         await self.close_server()
+        for reader in self._readers:
+            await asyncio.to_thread(reader.join, 10)
+
+    # -- the canary check (DESIGN.md §4) ------------------------------------------------------
+    def saw(self, where: str, value: Any) -> None:
+        if value is not None:
+            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            self.seen.setdefault(where, set()).add(text)
+
+    async def scrape(self, strict: bool = False) -> None:
+        """The running agent's `/status` and `/metrics`, and the objects it writes."""
+        try:
+            for kind, objects in (await self.agent_objects()).items():
+                for obj in objects:
+                    self.saw(kind, obj)
+        except Exception:
+            if strict:
+                raise
+        running = [(p, a) for p, a in zip(self.procs, self.listens, strict=True)
+                   if p.returncode is None]  # fmt: skip
+        if not running:
+            return
+        proc, listen = running[-1]
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for path in ("/status", "/metrics"):
+                try:
+                    async with session.get(f"http://{listen}{path}") as resp:
+                        self.saw(f"GET {path}", await resp.text())
+                except aiohttp.ClientError:
+                    if strict and proc.returncode is None:
+                        raise
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(Exception):
+                await self.scrape()
+
+    async def wait_recorded(self, timeout: float = 30.0) -> None:
+        """Until the agent recorded the config it runs: a scenario may end on annotations it
+        seeded itself, before its first pass took the config (and the canaries) in hand."""
+        record = self.sim.root / STATE_DIR / "current-config"
+        with contextlib.suppress(TimeoutError):  # assert_no_secrets says so
+            async with asyncio.timeout(timeout):
+                while not record.exists() and self.procs and self.procs[-1].returncode is None:
+                    await asyncio.sleep(0.1)
+
+    def host_outputs(self) -> dict[str, bytes]:
+        """The agent's logs and its files on the host (not its records of input, nor the
+        files that hold the secrets on purpose)."""
+        out = {str(path.relative_to(self.base)): path.read_bytes() for path in self.logs}
+        state = self.sim.root / STATE_DIR
+        for path in sorted(state.rglob("*")):
+            if path.is_file() and not canary.is_input_record(path.name):
+                out[str(path.relative_to(self.sim.root))] = path.read_bytes()
+        actions = self.sim.base / "actions.log"
+        if actions.exists():
+            out["actions.log"] = actions.read_bytes()
+        return out
+
+    def assert_no_secrets(self) -> None:
+        """No canary in anything the agent emitted; and the check is not blind: the agent had
+        the canaries in hand (its record of the config it runs holds them), and logs, `/status`
+        and `/metrics` were collected. (Whether the agent also wrote the pull secret and the
+        hash depends on the scenario: only a first pass from no recorded config writes them.)"""
+        outputs = self.host_outputs()
+        canary.assert_no_canaries([
+            *outputs.items(),
+            *((where, text) for where, texts in self.seen.items() for text in texts),
+        ])  # fmt: skip
+        path = self.sim.root / STATE_DIR / "current-config"
+        assert path.exists(), "the agent never recorded a config: the check would be blind"
+        record = path.read_bytes()
+        held = {f.what for f in canary.find("current-config", record)}
+        wanted = {"base64 of the pull secret auth token"}
+        if (json.loads(record)["spec"]["config"].get("passwd") or {}).get("users"):
+            wanted.add("password hash")  # a config that leaves users alone has none
+        assert wanted <= held, (
+            f"the agent's current-config lacks the canaries (has {sorted(held)}): the check "
+            "would be blind"
+        )
+        collected = {where for where, texts in self.seen.items() if texts}
+        missing = {"GET /status", "GET /metrics", "Node"} - collected
+        assert not missing, f"nothing collected from {sorted(missing)}"
+        assert sum(len(outputs[str(p.relative_to(self.base))]) for p in self.logs) > 0, (
+            "the agent logged nothing at debug level"
+        )
+        assert (self.sim.root / STATE_DIR / "journal.json").exists(), "no journal.json"
+
+
+async def run_checked(h: Harness, run: Callable[[Harness], Awaitable[None]], turn: int = 0) -> None:
+    """Run a scenario, collect what the agent emitted (while it and the server are up, then
+    its logs once it stopped) and fail when any of it shows a canary secret. `turn` picks the
+    log format of the first agent start (the scenario's index: both formats in every run)."""
+    first = turn % len(LOG_FORMATS)
+    h.log_formats = LOG_FORMATS[first:] + LOG_FORMATS[:first]
+    try:
+        await run(h)
+        await h.wait_recorded()
+        await h.scrape(strict=True)
+    finally:
+        await h.close()
+    h.assert_no_secrets()

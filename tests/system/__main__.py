@@ -17,8 +17,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.system import secrets
 from tests.system.image_scenarios import ALL_SCENARIOS as SCENARIOS
-from tests.system.machine import MachineError
+from tests.system.machine import Machine, MachineError
 from tests.system.rootfs import ensure_rootfs
 from tests.system.scenarios import Scenario, diagnostics, probe_agent
 from tests.system.world import World, cleanup
@@ -48,14 +49,17 @@ def run_one(world: World, scenario: Scenario, blocked: str | None) -> Result:
         # A scenario's own lower tree (a built image) is part of the scenario: its failures too.
         lower = scenario.lower(world) if scenario.lower else None
         machine = world.machine(scenario.name, lower)
-        scenario.run(world, machine)
-        return Result(scenario.name, True, machine.boots, time.monotonic() - start)
-    except MachineError as exc:
-        detail = str(exc)
-        if scenario.needs_agent and machine:
-            detail += "\n" + diagnostics(machine)
+        ok, detail = _run_scenario(world, scenario, machine)
+        if scenario.needs_agent:
+            # Everything the agent emitted, before the machine goes (tests/system/secrets.py).
+            # A failed scenario reports leaks only, not what it never got to emit.
+            leak = secrets.check(machine, require_complete=ok)
+            if leak:
+                ok, detail = False, "\n".join(filter(None, (detail, leak)))
+        return Result(scenario.name, ok, machine.boots, time.monotonic() - start, detail)
+    except MachineError as exc:  # no machine: its lower tree could not be made
         boots = machine.boots if machine else 0
-        return Result(scenario.name, False, boots, time.monotonic() - start, detail)
+        return Result(scenario.name, False, boots, time.monotonic() - start, str(exc))
     except Exception:  # a harness bug must still report and clean up the machine
         detail = traceback.format_exc(limit=4)
         boots = machine.boots if machine else 0
@@ -63,6 +67,19 @@ def run_one(world: World, scenario: Scenario, blocked: str | None) -> Result:
     finally:
         if machine:
             world.destroy(machine)
+
+
+def _run_scenario(world: World, scenario: Scenario, machine: Machine) -> tuple[bool, str]:
+    try:
+        scenario.run(world, machine)
+        return True, ""
+    except MachineError as exc:
+        detail = str(exc)
+        if scenario.needs_agent:
+            detail += "\n" + diagnostics(machine)
+        return False, detail
+    except Exception:  # a harness bug: reported as the scenario's failure
+        return False, traceback.format_exc(limit=4)
 
 
 def reap_stale(base: Path) -> None:

@@ -8,13 +8,15 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from tests import secrets_canary as canary
 from tests.system import oci
 from tests.system.machine import Machine
-from tests.system.registry import Registry
+from tests.system.registry import Registry, free_port
 from tests.system.rootfs import REPO
 
 IMAGE_REPO = "testos"
@@ -71,8 +73,12 @@ class World:
 
     def start(self) -> World:
         self.registry = Registry(self.workdir / "registry").start()
+        # The canary credentials (tests/secrets_canary.py): every desired state's pull secret
+        # carries them, so the agent's secrets check sees real, working credentials.
         self.auth_registry = Registry(
-            self.workdir / "auth-registry", user="puller", password="s3cret"
+            self.workdir / "auth-registry",
+            user=canary.REGISTRY_USER,
+            password=canary.REGISTRY_PASSWORD,
         ).start()
         layout = self.workdir / "oci"
         name = f"{self.registry.host}/{IMAGE_REPO}"
@@ -162,12 +168,26 @@ class World:
 
     def configure_agent(self, machine: Machine, image: Image, key: str = KEY_A) -> None:
         """File mode: the unit takes its arguments from agent.env (IMAGE_MODE_AGENT_ARGS), the
-        desired state from desired.yaml."""
-        args = f"--source file:{DESIRED} --host {self.host_mode}"
+        desired state from desired.yaml. The endpoints get a port of their own: machines share
+        the host's network, and two runs on one host must not scrape each other's agent."""
+        args = f"--source file:{DESIRED} --host {self.host_mode} --listen 127.0.0.1:{free_port()}"
         machine.write(AGENT_ENV, f'IMAGE_MODE_AGENT_ARGS="{args}"\n')
         self.set_desired(machine, image, key)
 
-    def set_desired(self, machine: Machine, image: Image, key: str = KEY_A, name: str = "") -> None:
+    def set_desired(
+        self,
+        machine: Machine,
+        image: Image,
+        key: str = KEY_A,
+        name: str = "",
+        *,
+        files: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        """desired.yaml: `image`, core's SSH `key`, and `files` (Ignition `storage.files`
+        entries); always with the canary secrets (tests/secrets_canary.py): the pull secret
+        for the auth registry (real credentials: pulls from it work) and core's password
+        hash, which tests/system/secrets.py looks for in everything the agent emitted."""
+        assert self.auth_registry is not None
         doc = {
             "apiVersion": "machineconfiguration.openshift.io/v1",
             "kind": "MachineConfig",
@@ -177,10 +197,12 @@ class World:
                 "config": {
                     "ignition": {"version": "3.4.0"},
                     "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": [key]}]},
+                    "storage": {"files": [dict(f) for f in files]},
                 },
             },
         }
-        machine.write(DESIRED, json.dumps(doc, indent=1))
+        doc = canary.with_canary_secrets(doc, self.auth_registry.host)
+        machine.write(DESIRED, json.dumps(doc, indent=1), mode=0o600)  # it holds secrets
 
     def destroy(self, machine: Machine) -> None:
         machine.destroy(keep=self.keep)

@@ -293,3 +293,30 @@ def test_run_policy_makes_ndp_paths_live_in_file_mode(tmp_path: Path, host) -> N
     done = run_once(sim, desired, "--policy", str(policy))
     assert done.returncode == 2
     assert str(policy) in done.stderr and "clusterPolicies.files[0].path" in done.stderr
+
+
+def test_sim_images_signed_by_a_key_and_the_policy_that_asks(tmp_path: Path, host) -> None:
+    """`sim add-image --signed-by`: with the host's policy.json demanding that key, `run`
+    refuses the unsigned image at staging (exit 4, nothing staged, no reboot) and updates to
+    the signed one."""
+    sim, images = host
+    key = "/etc/pki/containers/os.gpg"
+    signed = agent("sim", "add-image", str(sim), "quay.example/os/node:signed",
+                   "--signed-by", key).stdout.strip()  # fmt: skip
+    (sim / "root/etc/containers").mkdir(parents=True)
+    (sim / "root/etc/containers/policy.json").write_text(json.dumps({
+        "default": [{"type": "reject"}],
+        "transports": {"docker": {"quay.example/os/node": [
+            {"type": "signedBy", "keyType": "GPGKeys", "keyPath": key}]}},
+    }))  # fmt: skip
+    desired = write(tmp_path / "mc.json", machine_config(keys=["k1"], image=images["v1"]))
+    assert run_once(sim, desired).returncode == 0
+    write(desired, machine_config(name="r2", keys=["k1"], image=images["v2"]))
+    done = run_once(sim, desired)
+    assert done.returncode == 4
+    assert "refused by the signature policy" in done.stderr and "no signature exists" in done.stderr
+    assert json.loads((sim / "host.json").read_text())["staged"] is None
+    write(desired, machine_config(name="r3", keys=["k1"], image=signed))
+    assert run_once(sim, desired).returncode == 3
+    assert run_once(sim, desired).returncode == 0
+    assert reboots(sim) == 1

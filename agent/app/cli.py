@@ -170,6 +170,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 boot_fails=args.boot_fails,
                 pull_seconds=args.pull_seconds,
                 soft_reboot_capable=args.soft_reboot_capable,
+                signed_by=tuple(args.signed_by or ()),
             )
         )
     elif args.sim_command == "next-boot-fails":
@@ -323,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--pull-seconds", type=float, default=0.0, help="how long a pull takes")
     add.add_argument(
         "--soft-reboot-capable", action="store_true", help="staged, it allows a soft reboot"
+    )
+    add.add_argument(
+        "--signed-by",
+        action="append",
+        metavar="KEY_PATH",
+        help="signed by the key policy.json names by this path (repeatable)",
     )
     fail = sim_sub.add_parser("next-boot-fails", help="the next boot falls back")
     fail.add_argument("dir")

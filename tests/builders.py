@@ -29,7 +29,7 @@ def gz_url(text: str) -> str:
     return "data:;base64," + base64.b64encode(gzip.compress(text.encode())).decode()
 
 
-def ign_file(path: str, text: str = "x", mode: int = 0o644, **extra: Any) -> dict[str, Any]:
+def ign_file(path: str, text: str | bytes = "x", mode: int = 0o644, **extra: Any) -> dict[str, Any]:
     return {"path": path, "contents": {"source": data_url(text)}, "mode": mode, **extra}
 
 

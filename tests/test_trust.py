@@ -6,6 +6,7 @@ The same with real GPG signatures, skopeo and systemd is the system tier's `sign
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,13 +27,6 @@ OTHER_KEY = "/etc/pki/other.gpg"
 ACCEPT = [{"type": "insecureAcceptAnything"}]
 REJECT = [{"type": "reject"}]
 SIGNED = [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": KEY}]
-
-
-def policy(default=ACCEPT, **scopes) -> bytes:
-    doc: dict = {"default": default}
-    if scopes:
-        doc["transports"] = {"docker": {k.replace("_", "."): v for k, v in scopes.items()}}
-    return json.dumps(doc).encode()
 
 
 def docker_policy(default, scopes: dict) -> bytes:
@@ -139,7 +133,7 @@ def test_signatures_required_under_openshifts_insecure_default_get_a_stage_polic
 
 
 def test_nobody_asks_for_a_signature() -> None:
-    trust = stage_trust(policy(ACCEPT), IMAGE)
+    trust = stage_trust(docker_policy(ACCEPT, {}), IMAGE)
     assert (trust.enforce, trust.policy, trust.refusal) == (False, None, None)
     assert "default: insecureAcceptAnything" in trust.scope
 
@@ -166,12 +160,16 @@ STRICT = docker_policy(ACCEPT, {"quay.example/os": SIGNED})
 RELAXED = docker_policy(ACCEPT, {"quay.example/os": ACCEPT})
 
 
+@dataclass
 class TrustWorld(World):
+    """The engine world with the trust files live and the drains counted."""
+
+    drains: int = 0
+
     def engine(self, checkpoint=None, **kwargs) -> Engine:
         self.sim.boot()
         allowlist = Allowlist(NDP)
         hooks = Hooks(checkpoint=checkpoint or (lambda label: None), before_disruption=self.drain)
-        self.drains = getattr(self, "drains", 0)
         return Engine(self.sim.host(allowlist.allows), policy=NDP, hooks=hooks, **kwargs)
 
     def drain(self, desired) -> None:

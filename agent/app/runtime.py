@@ -23,14 +23,13 @@ import structlog
 
 from agent.core.desired import Desired
 from agent.core.policy import Allowlist
-from agent.errors import HostError, InputError
+from agent.errors import HostError, InputError, describe_fault, fault_frames, parsing
 from agent.host.durable import write_json
 from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
 from agent.observe.http import StatusBoard
 from agent.sources.disruption_policy import load_live_policy
 from agent.sources.file import FileWatch, load_desired
-from agent.update.configstore import PARSE_FAULTS, describe_fault, fault_frames
 from agent.update.engine import (
     DEGRADED,
     DONE,
@@ -233,12 +232,7 @@ async def run_file_source(
 def _load_desired(path: Path, image_override: str | None) -> Desired:
     """The desired file; InputError naming it (a parser's crash on a shape it did not
     expect, too)."""
-    try:
-        return load_desired(path, image_override)
-    except InputError:
-        raise
-    except PARSE_FAULTS as exc:
-        raise InputError(f"unexpected content ({describe_fault(exc)})", source=str(path)) from None
+    return parsing(load_desired, path, image_override, source=str(path))
 
 
 async def _reconcile(engine: Engine, desired: Desired, dry_run: bool) -> Outcome:

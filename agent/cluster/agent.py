@@ -42,12 +42,11 @@ from agent.cluster.prestager import PrestageOptions, Prestager
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
 from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
-from agent.errors import HostError, InputError
+from agent.errors import HostError, InputError, describe_fault, fault_frames, parsing
 from agent.host.ports import Host, Progress
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
-from agent.update.configstore import PARSE_FAULTS, describe_fault, fault_frames
 from agent.update.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
 from agent.update.journal import IN_FLIGHT, Record
 
@@ -73,11 +72,9 @@ def parsed(what: str, parse: Callable[..., T], *args: Any) -> T:
     """`parse(*args)`, its InputError attributed to `what` (the object it reads); a parser's
     crash on a shape it did not expect is an InputError too."""
     try:
-        return parse(*args)
+        return parsing(parse, *args, source=what)
     except InputError as exc:
         raise exc if exc.source else exc.located(what) from None
-    except PARSE_FAULTS as exc:
-        raise InputError(f"unexpected content ({describe_fault(exc)})", source=what) from None
 
 
 @dataclass

@@ -40,10 +40,6 @@ class StageTrust:
     policy: bytes | None = None
     refusal: str | None = None
 
-    def describe(self) -> str:
-        mode = "enforced" if self.enforce else "not enforced"
-        return f"signature policy {mode}: {self.scope}" if self.scope else f"signatures {mode}"
-
 
 def stage_trust(policy: bytes | None, image: ImageRef) -> StageTrust:
     """The StageTrust for staging `image` on a host whose policy.json holds `policy` (None: the

@@ -40,6 +40,7 @@ from typing import Any
 from agent.core.trust import StageTrust
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
+from agent.host.durable import write_atomic
 from agent.host.ports import Progress, ProgressCallback
 from agent.host.units import ProcessUnitRunner, UnitRunner, UnitState, run_process
 from agent.model.bootc_status import BootcHost, parse_bootc_status
@@ -329,7 +330,7 @@ class Bootc:
         properties = dict(STAGE_PRIORITY)
         if trust.policy is not None:
             policy, local_policy = self._paths(("policy.json",))
-            _write_private(local_policy, trust.policy)
+            write_atomic(local_policy, trust.policy)  # 0600: mounted as the host's policy
             properties["BindReadOnlyPaths"] = [(str(policy), POLICY_PATH, False, 0)]
         wrapped = ["/bin/sh", "-c", _WRAPPER, "image-mode-agent-stage", str(err), str(prog), *argv]
         await self.runner.start_transient_service(
@@ -401,17 +402,6 @@ class Bootc:
         state = await self.runner.unit_state(self.unit)
         if state.running:
             await self.runner.stop_unit(self.unit)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Whole or not at all, 0600: the unit mounts it as the host's policy."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _read_text(path: Path) -> str:

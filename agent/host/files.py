@@ -15,13 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agent.errors import HostError
-from agent.model.ignition import Owner
+from agent.model.ignition import MAX_ID, Owner
 
 TMP_SUFFIX = ".image-mode-agent.tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NAME_MAX = 255
-# uid_t and gid_t are 32 bits; 2**32 - 1 is chown's "leave unchanged".
-_MAX_ID = 2**32 - 2
 
 
 def shown(path: str) -> str:
@@ -57,8 +55,8 @@ def _temp_name(name: str) -> str:
 
 
 def _checked_id(ident: int, what: str) -> int:
-    if not 0 <= ident <= _MAX_ID:
-        raise HostError(f"{what} id out of range (0 to {_MAX_ID})", kind="owner")
+    if not 0 <= ident <= MAX_ID:
+        raise HostError(f"{what} id out of range (0 to {MAX_ID})", kind="owner")
     return ident
 
 

@@ -109,10 +109,6 @@ def plain_value(value: Any, where: str = "") -> Any:
     return walk(value, where, 0)
 
 
-def _gunzip(data: bytes) -> bytes:
-    return gunzip(data)
-
-
 def _maybe_base64_gzip(data: bytes) -> bytes | None:
     stripped = data.strip()
     if not stripped.startswith(b"H4sI"):  # base64 of the gzip magic
@@ -128,9 +124,9 @@ def load_document(data: bytes) -> Any:
     """Bytes to a JSON value (see plain_value); raises InputError when it is neither JSON nor
     YAML, or when it is a value no JSON document could hold."""
     if data.startswith(_GZIP_MAGIC):
-        data = _gunzip(data)
+        data = gunzip(data)
     elif (inner := _maybe_base64_gzip(data)) is not None:
-        data = _gunzip(inner)
+        data = gunzip(inner)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -18,7 +18,7 @@ SUPPORTED_MINORS = range(0, 6)  # Ignition spec 3.0 to 3.5
 _VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})(?:-experimental)?")
 _USER_FIELDS = frozenset({"name", "sshAuthorizedKeys", "passwordHash"})
 # uid_t and gid_t are 32 bits; 2**32 - 1 is chown's "leave unchanged".
-_MAX_ID = 2**32 - 2
+MAX_ID = 2**32 - 2
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,8 @@ def _owner(raw: Any, where: str) -> Owner:
         _expect(ident, int, f"{where}.id", "an integer")
         if ident < 0:
             raise InputError("must not be negative", field=f"{where}.id")
-        if ident > _MAX_ID:
-            raise InputError(f"out of range (at most {_MAX_ID})", field=f"{where}.id")
+        if ident > MAX_ID:
+            raise InputError(f"out of range (at most {MAX_ID})", field=f"{where}.id")
     if name is not None:
         _expect(name, str, f"{where}.name", "a string")
     return Owner(ident, name or None)

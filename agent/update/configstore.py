@@ -14,42 +14,16 @@ drops it once done (a revert that cannot read it stops before the drop)."""
 
 from __future__ import annotations
 
-import traceback
 from pathlib import Path
 
-from agent.errors import HostError, InputError
+from agent.errors import HostError, InputError, parsing
 from agent.host.durable import write_atomic
 from agent.model.machineconfig import MachineConfig, parse_machine_config
-
-# What a parser may raise on a shape it did not expect, beside its own InputError: reported as
-# unusable input, never allowed to end the agent.
-PARSE_FAULTS = (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError)
-
-
-def describe_fault(exc: BaseException) -> str:
-    """What failed and where (`TypeError in agent/model/ignition.py:120`), never the message:
-    that may quote the content, and secret contents never reach a reason or a log."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return type(exc).__name__
-    parts = Path(frames[-1].filename).parts
-    shown = "/".join(parts[parts.index("agent") :] if "agent" in parts else parts[-1:])
-    return f"{type(exc).__name__} in {shown}:{frames[-1].lineno}"
-
-
-def fault_frames(exc: BaseException) -> str:
-    """The traceback of `exc` without its message (see `describe_fault`), for the log."""
-    return "".join(traceback.format_tb(exc.__traceback__)) + type(exc).__name__
 
 
 def parse_config(data: bytes, default_name: str = "") -> MachineConfig:
     """`parse_machine_config`, with a parser crash on an unexpected shape as an InputError."""
-    try:
-        return parse_machine_config(data, default_name)
-    except InputError:
-        raise
-    except PARSE_FAULTS as exc:
-        raise InputError(f"unexpected content ({describe_fault(exc)})") from None
+    return parsing(parse_machine_config, data, default_name)
 
 
 class ConfigStore:

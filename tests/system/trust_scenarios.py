@@ -5,7 +5,6 @@ verifying through containers/image (`skopeo --policy`) as bootc's image proxy do
 
 from __future__ import annotations
 
-import base64
 import functools
 import http.server
 import json
@@ -15,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.builders import ign_file
 from tests.system import oci
 from tests.system.machine import Machine
 from tests.system.scenarios import (
@@ -82,11 +82,8 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def signed_images(w: World) -> Signed:
-    """Once per run: a trusted and an untrusted key; s4 signed by the trusted one, s5 by the
-    other; v2 (pushed by the world) stays unsigned."""
-    cached = getattr(w, "_signed", None)
-    if cached is not None:
-        return cached
+    """A trusted and an untrusted key; s4 signed by the trusted one, s5 by the other; v2
+    (pushed by the world) stays unsigned."""
     assert w.registry is not None
     base = w.workdir / "signing"
     home, sigstore, regd = base / "gnupg", base / "sigstore", base / "registries.d"
@@ -111,26 +108,19 @@ def signed_images(w: World) -> Signed:
         images[tag] = Image(name, tag, digest)
     url, server = serve(sigstore)
     w.cleanups.append(server.shutdown)
-    signed = Signed(
+    return Signed(
         {"trusted": images["s4"], "other": images["s5"], "unsigned": images["unsigned"]},
         gpg(home, "--export", trusted),
         url,
     )
-    w._signed = signed  # type: ignore[attr-defined]
-    return signed
-
-
-def ign_file(path: str, data: bytes, mode: int = 0o644) -> dict:
-    source = "data:;base64," + base64.b64encode(data).decode()
-    return {"path": path, "contents": {"source": source}, "mode": mode, "overwrite": True}
 
 
 def trust_files(w: World, signed: Signed, policy: dict) -> list[dict]:
     assert w.registry is not None
     lookaside = f"docker:\n  {w.registry.host}:\n    sigstore: {signed.lookaside}\n"
     return [
-        ign_file(POLICY, json.dumps(policy, indent=1).encode()),
-        ign_file(REGISTRIES_D, lookaside.encode()),
+        ign_file(POLICY, json.dumps(policy, indent=1)),
+        ign_file(REGISTRIES_D, lookaside),
         ign_file(KEY, signed.trusted_key),
     ]
 

@@ -15,8 +15,8 @@ LAYERS: list[set[str]] = [
     {"agent.core"},
     {"agent.host"},
     {"agent.update"},
-    {"agent.sources", "agent.observe"},
-    {"agent.cluster"},
+    {"agent.sources", "agent.observe", "agent.strategy"},
+    {"agent.cluster", "agent.follow"},
     {"agent.demo"},
     {"agent.app", "agent.__main__"},
 ]

@@ -1,7 +1,8 @@
 """The real bootc adapter: the BootcPort over the `bootc` CLI.
 
-- Short calls (`status`, `rollback`, `upgrade --from-downloaded`, `--help` probes) run as child
-  processes (behind `command_prefix`, e.g. `nsenter -t 1 -m -u -i -n -p --`, in a pod).
+- Short calls (`status`, `rollback`, `upgrade --from-downloaded`, `upgrade --check`, `--help`
+  probes) run as child processes (behind `command_prefix`, e.g. `nsenter -t 1 -m -u -i -n -p
+  --`, in a pod).
 - Staging (`bootc switch`) can take many minutes, so it runs as the NAMED transient unit
   `image-mode-agent-stage.service` through a `UnitRunner` (systemd's StartTransientUnit on a real
   host): it keeps running across an agent restart, the restarted agent adopts it by name instead
@@ -43,6 +44,7 @@ from agent.host import bootc_errors
 from agent.host.durable import write_atomic
 from agent.host.ports import Progress, ProgressCallback
 from agent.host.units import ProcessUnitRunner, UnitRunner, UnitState, run_process
+from agent.model.bootc_check import check_argv, parse_check_output, unchanged_digest
 from agent.model.bootc_status import BootcHost, parse_bootc_status
 from agent.model.imageref import ImageRef
 from agent.model.sigpolicy import POLICY_PATH
@@ -70,6 +72,7 @@ class BootcTimeouts:
     stage: float = 3600.0
     unlock: float = 300.0
     rollback: float = 300.0
+    check: float = 300.0  # `upgrade --check` fetches a manifest and a config
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class Capabilities:
     soft_reboot: bool = False  # `upgrade --soft-reboot`
     progress_fd: bool = False  # `switch --progress-fd` (hidden upstream: probed by parse)
     sigpolicy: bool = False  # `switch --enforce-container-sigpolicy`
+    upgrade_tag: bool = False  # `upgrade --tag` (bootc >= 1.15): check another tag of the spec
 
 
 def progress_from_event(line: str) -> Progress | None:
@@ -181,6 +185,7 @@ class Bootc:
                 soft_reboot="--soft-reboot" in upgrade,
                 progress_fd=progress,
                 sigpolicy="--enforce-container-sigpolicy" in switch,
+                upgrade_tag="--tag" in upgrade,
             )
         return self._caps
 
@@ -215,6 +220,27 @@ class Bootc:
                 if "No rollback available" in str(exc):
                     raise HostError(str(exc), kind="rollback") from None
                 raise
+
+    async def check_update(self, image: ImageRef) -> str:
+        """`bootc upgrade --check [--tag TAG]`: the digest the tag points to (bootc resolves
+        it with the host's registries.conf, mirrors and credentials, as it will pull it)."""
+        async with self._lock:
+            caps = await self.capabilities()
+            host = await self._status()
+            args = check_argv(host.spec_image, image, caps.upgrade_tag)
+            out = await self._run(args, self.timeouts.check, "bootc " + " ".join(args))
+            try:
+                answer = parse_check_output(out.decode(errors="replace"))
+            except InputError as exc:
+                raise HostError(str(exc), kind="other") from None
+            if answer.digest is not None:
+                return answer.digest
+            digest = unchanged_digest(await self._status(), image)
+            if digest is None:
+                raise HostError(
+                    f"bootc found no change in {image} but no deployment of it", kind="other"
+                )
+            return digest
 
     async def unlock_staged(self, *, soft: bool = False) -> bool:
         """At the reboot slot: let the next boot apply a download-only (locked) staged

@@ -79,6 +79,12 @@ class BootcPort(Protocol):
         HostError kind `signature` before the image is staged."""
         ...
 
+    async def check_update(self, image: ImageRef) -> str:
+        """The digest the tag `image` points to now, as bootc would pull it (`bootc upgrade
+        --check`; model/bootc_check.py). HostError kind `unsupported` when this bootc cannot
+        check that tag; the registry's errors as stage() classifies them."""
+        ...
+
     async def cancel_stage(self) -> None:
         """Stop a stage running in the background, if any (its stage() raises `cancelled`)."""
         ...

@@ -4,7 +4,7 @@ Layout of DIR:
   root/            the host's filesystem (etc/passwd, /home/core, /etc/kubernetes, ...)
   host.json        the bootc deployments (booted/staged/rollback), boot ID, pending reboot,
                    injected faults (next boot fails, disk full)
-  registry.json    the images this host can pull, by digest
+  registry.json    the images this host can pull, by digest, and where each tag points
   layers.json      the image layers fetched so far, by digest (ostree's layer cache)
   actions.log      one JSON line per unit action, command, layer pulled and reboot, in order
 
@@ -41,6 +41,7 @@ from agent.host.durable import read_json, write_json
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback
+from agent.model.bootc_check import check_argv
 from agent.model.bootc_status import BootcHost, bootc_host_from_object
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.sigpolicy import POLICY_PATH, REJECT, parse_policy
@@ -157,6 +158,8 @@ class SimulatedHost:
         )
         registry = self._registry()
         registry["images"][digest] = {**manifest, "version": image.tag, "created": _now()}
+        if image.tag:  # the tag moves to the newest image pushed under it
+            registry.setdefault("tags", {})[f"{image.name}:{image.tag}"] = digest
         write_json(self._registry_path, registry)
         return str(image.with_digest(digest))
 
@@ -171,6 +174,13 @@ class SimulatedHost:
         state = self._state()
         state["disk_full"] = full
         write_json(self._state_path, state)
+
+    def set_registry_down(self, down: bool = True) -> None:
+        """While set, the registry answers nothing: checks of a tag and pulls of a layer not
+        cached yet fail (kind `other`, as a refused connection is)."""
+        registry = self._registry()
+        registry["down"] = down
+        write_json(self._registry_path, registry)
 
     # -- the layer cache -----------------------------------------------------------------
     def cached_layers(self, digest: str) -> set[int]:
@@ -247,6 +257,18 @@ class SimulatedHost:
         state = self._state()
         images = self._registry()["images"]
 
+        def cached(digest: str | None) -> dict[str, Any] | None:
+            meta = images.get(digest or "")
+            if meta is None:
+                return None
+            return {
+                "image": {"image": f"{meta['name']}:{meta['tag']}", "transport": "registry"},
+                "version": meta.get("version"),
+                "timestamp": meta.get("created"),
+                "imageDigest": digest,
+                "architecture": "amd64",
+            }
+
         def entry(slot: dict[str, Any] | None) -> dict[str, Any] | None:
             if slot is None:
                 return None
@@ -264,7 +286,7 @@ class SimulatedHost:
                     "imageDigest": slot["digest"],
                     "architecture": "amd64",
                 },
-                "cachedUpdate": None,
+                "cachedUpdate": cached(slot.get("cached_update")),
                 "incompatible": False,
                 "pinned": False,
                 "softRebootCapable": bool(meta.get("soft_reboot_capable"))
@@ -401,6 +423,12 @@ class SimulatedBootc:
         if on_progress and not missing:  # all cached: one report that it is complete
             on_progress(Progress(done_bytes=total, total_bytes=total, step="pulling"))
         for layer in missing:
+            if self.sim._registry().get("down"):
+                raise HostError(
+                    f"error: Switching: Pulling: Importing: fetching {digest} layer {layer}: "
+                    "connection refused",
+                    kind="other",
+                )
             if self.sim._state().get("disk_full"):
                 raise HostError(
                     f"error: Switching: Pulling: Importing: Unpacking {digest} layer "
@@ -414,6 +442,31 @@ class SimulatedBootc:
             if on_progress:
                 done = total * len(cached) // LAYERS
                 on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling"))
+
+    async def check_update(self, image: ImageRef) -> str:
+        """`bootc upgrade --check [--tag TAG]`: where the tag points in registry.json, with
+        bootc's limits (model/bootc_check.py); the booted entry's cachedUpdate records it."""
+        state = self.sim._state()
+        spec = (state["staged"] or state["booted"])["ref"]
+        args = check_argv(spec.split("@", 1)[0] if "@" in spec else spec, image, True)
+        registry = self.sim._registry()
+        if registry.get("down"):
+            raise HostError(
+                f"error: Upgrading: Creating importer: failed to invoke method OpenImage: "
+                f"pinging container registry {image.registry}: connection refused",
+                kind="other",
+            )
+        digest = registry.get("tags", {}).get(f"{image.name}:{image.tag}")
+        if digest is None:
+            raise HostError(
+                f"error: Upgrading: Creating importer: failed to invoke method OpenImage: "
+                f"reading manifest {image.tag} in {image.name}: manifest unknown",
+                kind="image-missing",
+            )
+        state["booted"]["cached_update"] = digest if digest != state["booted"]["digest"] else None
+        write_json(self.sim._state_path, state)
+        self.sim.log_action("bootc", " ".join(args))
+        return str(digest)
 
     async def cancel_stage(self) -> None:
         """Nothing runs in the background here: a pull is stopped by cancelling the task that

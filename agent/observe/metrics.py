@@ -5,6 +5,7 @@ share series). The MCD's `mcd_*` names where the meaning matches, so existing al
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -43,6 +44,31 @@ class Metrics:
         self.prestage_failures = Counter("image_mode_agent_prestage_failures", "Pool "
                                          "pre-stages that failed, by error kind", ["kind"],
                                          registry=r)  # fmt: skip
+        # Standalone mode (`--source image:`): the tag's checks and the strategy's answers,
+        # after Zincati's zincati_updates_strategy_* and zincati_strategy_fleet_lock_*.
+        self.follow_checks = Counter("image_mode_agent_follow_checks", "Checks of the "
+                                     "followed tag, by result", ["result"], registry=r)  # fmt: skip
+        self.follow_last_check = Gauge("image_mode_agent_follow_last_check_timestamp_seconds",
+                                       "Time of the last successful check of the followed tag",
+                                       registry=r)  # fmt: skip
+        self.can_finalize = Counter("image_mode_agent_strategy_can_finalize_responses", "The "
+                                    "strategy's answers to 'may this host reboot now?'",
+                                    ["strategy", "allowed"], registry=r)  # fmt: skip
+        self.next_window = Gauge("image_mode_agent_strategy_next_window_timestamp_seconds",
+                                 "periodic: start of the next maintenance window while a "
+                                 "reboot is held (0: none held)", registry=r)  # fmt: skip
+        self.lock_held = Gauge("image_mode_agent_strategy_lock_held", "fleet_lock: 1 while "
+                               "this host holds a reboot slot", registry=r)  # fmt: skip
+        self.schedule_minutes = Gauge("image_mode_agent_strategy_periodic_schedule_length_minutes",
+                                      "periodic: minutes a week in maintenance windows",
+                                      registry=r)  # fmt: skip
+        self.fleet_lock_requests = Counter("image_mode_agent_fleet_lock_requests", "Requests to "
+                                           "the FleetLock server, by api", ["api"],
+                                           registry=r)  # fmt: skip
+        self.fleet_lock_errors = Counter("image_mode_agent_fleet_lock_errors", "Failed FleetLock "
+                                         "requests, by api and the server's error kind",
+                                         ["api", "kind"], registry=r)  # fmt: skip
+        self._fleet_lock_seen: dict[Any, int] = {}
         self._last_state: tuple[str, str] | None = None
         self._prestage: str | None = None
         self._phase: str | None = None
@@ -74,6 +100,36 @@ class Metrics:
     def record_progress(self, progress: Progress) -> None:
         self.staging_bytes.labels("done").set(progress.done_bytes)
         self.staging_bytes.labels("total").set(progress.total_bytes)
+
+    def record_follow_check(self, ok: bool) -> None:
+        self.follow_checks.labels("ok" if ok else "error").inc()
+        if ok:
+            self.follow_last_check.set(time.time())
+
+    def record_strategy(self, strategy: Any, decision: Any = None) -> None:
+        """After a strategy was asked something: its answer, and its own request counters
+        (fleet_lock keeps them per object, so two agents in a process stay apart)."""
+        if decision is not None:
+            self.can_finalize.labels(strategy.name, str(decision.allowed).lower()).inc()
+            held = not decision.allowed and decision.next_window is not None
+            self.next_window.set(decision.next_window.timestamp() if held else 0)
+            if decision.lock_held is not None:
+                self.lock_held.set(1 if decision.lock_held else 0)
+        elif strategy.name == "fleet_lock":
+            self.lock_held.set(0)  # a steady report was asked: the slot is being given back
+        minutes = strategy.describe().get("totalMinutes")
+        if minutes is not None:
+            self.schedule_minutes.set(minutes)
+        for counter, source in (
+            (self.fleet_lock_requests, getattr(strategy, "requests", None)),
+            (self.fleet_lock_errors, getattr(strategy, "errors", None)),
+        ):
+            for key, total in (source or {}).items():
+                labels = key if isinstance(key, tuple) else (key,)
+                seen = self._fleet_lock_seen.get((counter, labels), 0)
+                if total > seen:
+                    counter.labels(*labels).inc(total - seen)
+                    self._fleet_lock_seen[(counter, labels)] = total
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -149,6 +149,11 @@ class Engine:
         )
         return plan, status
 
+    async def plan(self, desired: Desired) -> Plan:
+        """The plan toward `desired` from the host as it is now; nothing changes."""
+        plan, _ = await self._plan(desired, self.journal.load())
+        return plan
+
     async def _dry_run(self, rec: Record, desired: Desired) -> Outcome:
         plan, _ = await self._plan(desired, rec)
         note = f"dry run: journal phase {rec.phase}; would {plan.verdict}"

@@ -19,7 +19,7 @@ from tests.builders import machine_config
 
 IMAGE = "quay.example/os/node"
 TAG = f"{IMAGE}:stable"
-CHECK = "#!/bin/sh\ngrep -qx yes \"$IMAGE_MODE_AGENT_ROOT/usr/lib/app/healthy\"\n"
+CHECK = '#!/bin/sh\ngrep -qx yes "$IMAGE_MODE_AGENT_ROOT/usr/lib/app/healthy"\n'
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Fleet:
     """One simulated host following TAG; `life()` is the next agent process."""
 
     base: Path
-    strategy: Scripted = field(default_factory=Scripted)
+    strategy: Any = field(default_factory=Scripted)
     live_config: Path | None = None
     reports: list[tuple[Outcome, dict[str, Any]]] = field(default_factory=list)
 
@@ -187,7 +187,8 @@ async def test_bad_digest_is_rolled_back_and_never_staged_again(tmp_path: Path) 
 async def test_failed_check_still_applies_live_config(tmp_path: Path) -> None:
     live = tmp_path / "live.json"
     fleet = Fleet(tmp_path, live_config=live)
-    live.write_text(json.dumps(machine_config(name="keys", keys=["ssh-ed25519 AAAA one"], image=None)))
+    doc = machine_config(name="keys", keys=["ssh-ed25519 AAAA one"], image=None)
+    live.write_text(json.dumps(doc))
     fleet.sim.set_registry_down(True)
     outcome = await fleet.tick()
     assert outcome.state == DEGRADED and outcome.retryable

@@ -97,14 +97,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         open_host,
         run_cluster_source,
         run_file_source,
+        until_signalled,
         watchdog,
+        write_status,
     )
 
     kind, _, arg = args.source.partition(":")
-    if not ((kind == "file" and arg) or args.source == "kube"):
+    if not ((kind == "file" and arg) or args.source == "kube" or kind == "image"):
         raise InputError(
-            f"unknown source {args.source!r}: expected file:PATH or kube", field="--source"
+            f"unknown source {args.source!r}: expected file:PATH, image:REF or kube",
+            field="--source",
         )
+    follow = None
+    if kind == "image":  # every bad setting fails here, before the host is touched
+        from agent.app.standalone import load_follow_settings
+
+        follow = load_follow_settings(arg, args.settings_dir, _follow_flags(args))
     options = RunOptions(
         once=args.once,
         dry_run=args.dry_run,
@@ -124,6 +132,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         endpoints = None if args.dry_run and args.once else await serve(board, args.listen)
         beat = asyncio.create_task(watchdog())
         try:
+            if follow is not None:
+                from agent.app.standalone import run_follow_source
+
+                settings, image = follow
+                return await until_signalled(run_follow_source(
+                    host, settings, image, board, once=args.once, dry_run=args.dry_run,
+                    max_boot_attempts=args.max_boot_attempts,
+                    soft_reboot=args.allow_soft_reboot, write_status=write_status,
+                ))  # fmt: skip
             if args.source == "kube":
                 return await run_cluster_source(host, allowlist, args, board)
             return await run_file_source(Path(arg), host, options, board=board, allowlist=allowlist)
@@ -133,6 +150,24 @@ def cmd_run(args: argparse.Namespace) -> int:
                 await endpoints.cleanup()
 
     return asyncio.run(main())
+
+
+def _follow_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The standalone-mode flags that override the settings files (None: not given)."""
+    config = args.config
+    if config is not None:
+        kind, _, path = config.partition(":")
+        if kind != "file" or not path:
+            raise InputError(f"expected file:PATH, got {config!r}", field="--config")
+        config = path
+    return {
+        "interval": args.check_interval,
+        "live_config": config,
+        "strategy": args.strategy,
+        "time_zone": args.time_zone,
+        "fleet_lock_url": args.fleet_lock_url,
+        "group": args.group,
+    }
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -237,7 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="reconcile a host toward its desired state")
     run.add_argument(
-        "--source", required=True, help="file:PATH (a MachineConfig document) or kube (the Node)"
+        "--source",
+        required=True,
+        help="file:PATH (a MachineConfig document), image:REF (follow a tag: no cluster) or "
+        "kube (the Node)",
     )
     run.add_argument("--host", required=True, help="simulated:DIR or local")
     run.add_argument("--once", action="store_true", help="exit 0 Done, 3 rebooting, 4 Degraded")
@@ -262,6 +300,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="file mode: a MachineConfiguration/cluster whose NodeDisruptionPolicy status "
         "extends the live allowlist (read on every pass)",
     )
+    standalone = run.add_argument_group(
+        "standalone mode (--source image:REF; flags override the settings drop-ins)"
+    )
+    standalone.add_argument(
+        "--settings-dir",
+        action="append",
+        metavar="DIR",
+        help="a directory of *.toml drop-ins, repeatable, later wins (default: "
+        "/usr/lib, /etc, /run .../image-mode-agent/config.d)",
+    )
+    standalone.add_argument(
+        "--config", metavar="file:PATH", help="a MachineConfig whose live part is applied"
+    )
+    standalone.add_argument(
+        "--strategy",
+        choices=("immediate", "periodic", "fleet_lock", "fleetlock"),
+        help="when a staged image may be rebooted into (default: immediate)",
+    )
+    standalone.add_argument(
+        "--check-interval", type=float, help="seconds between checks of the tag (default 300)"
+    )
+    standalone.add_argument("--time-zone", help="periodic: the windows' zone (default UTC)")
+    standalone.add_argument("--fleet-lock-url", help="fleet_lock: the FleetLock server's base URL")
+    standalone.add_argument("--group", help="fleet_lock: this host's reboot group")
     cluster = run.add_argument_group("cluster mode (--source kube)")
     cluster.add_argument("--kubeconfig", help="credentials for reads (default: in-cluster)")
     cluster.add_argument(

@@ -187,16 +187,23 @@ async def until_signalled(work: Coroutine[Any, Any, int]) -> int:
             loop.remove_signal_handler(signum)
 
 
-def write_status(host: Host, outcome: Outcome, phase: str, board: StatusBoard) -> None:
+def write_status(
+    host: Host,
+    outcome: Outcome,
+    phase: str,
+    board: StatusBoard,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """`status.json` beside the journal (what `image-mode-agent status` reads) and the
-    status board behind `/status` and `/metrics`."""
-    status = {
+    status board behind `/status` and `/metrics`; `extra`: a mode's own part (follow)."""
+    status: dict[str, Any] = {
         "state": outcome.state,
         "reason": outcome.reason,
         "phase": phase,
         "currentConfig": outcome.current_config,
         "currentImage": outcome.current_image,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **(extra or {}),
     }
     write_json(host.state_dir / "status.json", status)
     board.publish(status)

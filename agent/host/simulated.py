@@ -113,6 +113,7 @@ class SimulatedHost:
         (sim.root / "etc/group").write_text(_GROUP)
         (sim.root / "etc/shadow").write_text(_SHADOW)
         (sim.root / "etc/shadow").chmod(0o000)
+        (sim.root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")  # a FleetLock id
         pinned = sim.add_image(image, files or {})
         digest = parse_image_ref(pinned).digest
         write_json(

@@ -360,7 +360,7 @@ class Engine:
             target, on_progress, locked=True, trust=stage_trust(policy, target)
         )
         self._did("prestage")
-        self._event(f"pre-staged {target} (locked: applied only at this node's turn)")
+        self._event(f"pre-staged {target} (locked: applied only at its reboot)")
         return "staged"
 
     async def drop_prestage(self) -> bool:

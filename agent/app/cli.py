@@ -26,13 +26,14 @@ SIM_HELP = """\
 A simulated host is a directory: files under DIR/root, a bootc state machine (host.json) that
 prints the real `bootc status` schema, a registry of images it can pull (registry.json), and a
 log of unit actions and reboots (actions.log). Create one booted into an image, add images to
-its registry (each add prints the digest-pinned reference to put in osImageURL), and point
-`image-mode-agent run --host simulated:DIR` at it:
+its registry (each add prints the digest-pinned reference to put in osImageURL, and moves the
+tag to it), and point `image-mode-agent run --host simulated:DIR` at it:
 
   image-mode-agent sim create DIR --image quay.example/os/node:v1
   image-mode-agent sim add-image DIR quay.example/os/node:v2 --file usr/lib/os-release=v2
   image-mode-agent sim add-image DIR quay.example/os/node:v3 --boot-fails
   image-mode-agent sim disk-full DIR        (stages fail for lack of space; --off ends it)
+  image-mode-agent sim registry-down DIR    (checks of a tag and pulls fail; --off ends it)
   image-mode-agent sim status DIR
 """
 
@@ -212,6 +213,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         SimulatedHost(base).set_next_boot_fails(True)
     elif args.sim_command == "disk-full":
         SimulatedHost(base).set_disk_full(not args.off)
+    elif args.sim_command == "registry-down":
+        SimulatedHost(base).set_registry_down(not args.off)
     else:
         print(json.dumps(SimulatedHost(base).status_document(), indent=2))
     return 0
@@ -398,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     full = sim_sub.add_parser("disk-full", help="stages fail on a full disk (until --off)")
     full.add_argument("dir")
     full.add_argument("--off", action="store_true", help="the disk has room again")
+    down = sim_sub.add_parser("registry-down", help="the registry answers nothing (until --off)")
+    down.add_argument("dir")
+    down.add_argument("--off", action="store_true", help="the registry answers again")
     show = sim_sub.add_parser("status", help="print the host as `bootc status` would")
     show.add_argument("dir")
     sim.set_defaults(func=cmd_sim)

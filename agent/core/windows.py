@@ -23,8 +23,9 @@ change a window may be longer, shorter, split or skipped. With America/New_York 
 
 So `next_start` is the next instant at which the clock goes from outside to inside: a window
 start read on the clock, or a clock change that lands inside (the gap's end, or the repeated
-hour's first minute). Zone transitions are found by probing the UTC offset every hour, which
-misses only a pair of transitions less than an hour apart (no zone has one)."""
+hour's first minute). Instants come back with the zone's offset at that moment as a fixed
+offset. Zone transitions are found by probing the UTC offset hourly, which only a pair of
+changes less than an hour apart could hide."""
 
 from __future__ import annotations
 
@@ -105,9 +106,9 @@ class Schedule:
         return next((w for w in self.windows if w.covers(position)), None)
 
     def next_start(self, now: datetime) -> datetime | None:
-        """The first instant after `now` at which the clock enters the schedule (from outside);
-        None if that does not happen within three weeks (a schedule
-        covering the whole week never opens, it is always open)."""
+        """The first instant after `now` at which the clock enters the schedule (from outside),
+        shown in the zone's offset at that instant; None if that does not happen within three
+        weeks (a schedule covering the whole week never opens: it is always open)."""
         after = _as_utc(now)
         for begin, end, offset in self._stretches(after):
             if begin > after and self._enters_at(begin):
@@ -118,8 +119,8 @@ class Schedule:
         return None
 
     def current_end(self, now: datetime) -> datetime | None:
-        """When the clock next leaves the schedule, if `now` is inside; None when outside or
-        when the schedule never closes (it covers the whole week)."""
+        """When the clock next leaves the schedule (in the zone's offset then), if `now` is
+        inside; None when outside or when the schedule never closes (it covers the week)."""
         if self.contains(now) is None:
             return None
         after = _as_utc(now)

@@ -200,6 +200,23 @@ async def test_failed_check_still_applies_live_config(tmp_path: Path) -> None:
     assert (await fleet.tick()).state == DONE
 
 
+async def test_live_config_applies_while_a_reboot_is_held(tmp_path: Path) -> None:
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps(machine_config(name="one", keys=["ssh-ed25519 AAAA one"],
+                                              image=None)))  # fmt: skip
+    fleet = Fleet(tmp_path, Scripted(answers=[False]), live_config=live)
+    new = fleet.push()
+    agent = fleet.life()
+    assert (await agent.tick())[0].state == HELD
+    live.write_text(json.dumps(machine_config(name="two", keys=["ssh-ed25519 AAAA two"],
+                                              image=None)))  # fmt: skip
+    outcome, _ = await agent.tick()
+    assert outcome.state == HELD and fleet.reboots() == 0
+    keys = fleet.sim.root / "home/core/.ssh/authorized_keys.d/ignition"
+    assert keys.read_text().strip() == "ssh-ed25519 AAAA two"  # not held with the reboot
+    assert fleet.staged()["image"]["imageDigest"] == new
+
+
 async def test_steady_state_must_be_accepted_before_checking(tmp_path: Path) -> None:
     fleet = Fleet(tmp_path, Scripted(steady_answers=[False, True]))
     fleet.push()

@@ -9,9 +9,10 @@ One pass (`tick`):
 3. `bootc upgrade --check` says where the tag points. A digest that failed on this host (the
    journal's `failed`) is never staged again: the host stays on its image, Degraded with the
    reason, until the tag moves on. A check that fails still lets live config apply.
-4. Live-only changes apply at once (no reboot, so no gate). A new digest is pre-staged locked
-   (download-only, idle I/O), then the strategy is asked; held, the status says why and when
-   the next window opens; allowed, the engine stages (already done) and reboots.
+4. Live config applies first, on the booted image (no reboot, so no gate): a held reboot never
+   holds back an SSH key. A new digest is then pre-staged locked (download-only, idle I/O) and
+   the strategy is asked; held, the status says why and when the next window opens; allowed,
+   the engine stages (already done) and reboots.
 A pass that took a reboot slot and did not reboot hands it back on the next pass."""
 
 from __future__ import annotations
@@ -174,8 +175,28 @@ class FollowAgent:
             check_error = f"cannot check {self.options.image} ({exc.kind}): {exc}"
             self.latest = None
         failed = self.engine.journal.load().failed
-        if self.latest is None or self.latest == booted or self.latest in failed:
-            return await self._stay(booted, check_error, failed)
+        new = self.latest not in (None, booted) and self.latest not in failed
+        if self.options.dry_run:
+            target = self.latest if new else booted
+            return await self._dry_run(self.options.image.with_digest(target) if target else None)
+        # Live config first, on the booted image: a held reboot never holds an SSH key back.
+        here = self.options.image.with_digest(booted) if booted else None
+        outcome = await self._reconcile(self._desired(here))
+        if outcome.state != DONE:
+            return outcome, self._retry_wait() if outcome.retryable else self._interval()
+        if check_error is not None:
+            return replace(outcome, state=DEGRADED, reason=check_error,
+                           retryable=True), self._retry_wait()  # fmt: skip
+        if self.latest in failed:
+            reason = (f"{self.options.image} points to {self.latest}, which failed on this "
+                      f"host before and is not staged again; running {booted} until the tag "
+                      "moves on")  # fmt: skip
+            return replace(outcome, state=DEGRADED, reason=reason), self._interval()
+        if not new:
+            if self.engine.prestaged():
+                await self.engine.drop_prestage()  # the tag moved back: no reboot wants it
+            return outcome, self._interval()
+        assert self.latest is not None
         return await self._update(self.options.image.with_digest(self.latest))
 
     async def _report_steady(self) -> bool:
@@ -187,38 +208,23 @@ class FollowAgent:
     def _desired(self, target: ImageRef | None) -> Desired:
         return desired_state(self.options.live_config, target)
 
-    async def _stay(
-        self, booted: str | None, check_error: str | None, failed: dict[str, str]
-    ) -> tuple[Outcome, float]:
-        """No image to move to: keep the booted one, apply live config, say why."""
-        target = self.options.image.with_digest(booted) if booted else None
-        if self.engine.prestaged() and not self.options.dry_run:
-            await self.engine.drop_prestage()  # the tag moved back: no reboot will want it
-        outcome = await self._reconcile(self._desired(target))
-        if outcome.state not in (DONE, HELD):
-            return outcome, self._retry_wait() if outcome.retryable else self._interval()
-        if check_error is not None:
-            return replace(outcome, state=DEGRADED, reason=check_error,
-                           retryable=True), self._retry_wait()  # fmt: skip
-        if self.latest is not None and self.latest in failed:
-            reason = (f"{self.options.image} points to {self.latest}, which failed on this "
-                      f"host before and is not staged again; running {booted} until the tag "
-                      "moves on")  # fmt: skip
-            return replace(outcome, state=DEGRADED, reason=reason), self._interval()
+    async def _dry_run(self, target: ImageRef | None) -> tuple[Outcome, float]:
+        """Plan toward where the tag points (or the booted image); change and ask nothing."""
+        outcome = await self.engine.reconcile(self._desired(target), dry_run=True)
+        if outcome.plan is not None and outcome.plan.verdict == "image":
+            outcome = replace(outcome, reason=outcome.reason + f"; the {self.strategy.name} "
+                              "strategy decides when to reboot")  # fmt: skip
         return outcome, self._interval()
 
     async def _reconcile(self, desired: Desired) -> Outcome:
-        return await self.engine.reconcile(desired, dry_run=self.options.dry_run)
+        return await self.engine.reconcile(desired)
 
     async def _update(self, target: ImageRef) -> tuple[Outcome, float]:
         """A new digest: plan, pre-stage, ask the strategy, reboot when it allows."""
         desired = self._desired(target)
         plan = await self.engine.plan(desired)
-        if plan.verdict != "image" or self.options.dry_run:
+        if plan.verdict != "image":  # refused (Unreconcilable), or nothing after all
             outcome = await self._reconcile(desired)
-            if self.options.dry_run and plan.verdict == "image":
-                outcome = replace(outcome, reason=outcome.reason + f"; the {self.strategy.name}"
-                                  " strategy decides when to reboot")  # fmt: skip
             return outcome, self._interval()
         prestaged = await self.engine.prestage(desired, self.metrics.record_progress)
         self.log.info("pre-stage", target=str(target), result=prestaged)

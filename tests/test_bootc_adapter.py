@@ -578,3 +578,57 @@ async def test_a_deployment_staged_unverified_is_verified_again(
     assert staged is not None and staged.image is not None and staged.image.policy_enforced
     await bootc.stage(ref(D2))  # an unverified stage is content with a verified one
     assert len(host.verb_calls("switch")) == 2
+
+
+# -- following a tag: `bootc upgrade --check [--tag]` ------------------------------------------
+async def test_check_update_asks_for_the_followed_tag(host: StandinHost, tmp_path: Path) -> None:
+    host.bootc("internals", "standin-tag", f"{NAME}:stable", D2)
+    bootc = host.adapter(tmp_path)
+    assert await bootc.check_update(parse_image_ref(f"{NAME}:stable")) == D2
+    # the host runs NAME@D1 (the agent stages digests): the tag is named explicitly
+    assert host.verb_calls("upgrade") == [["upgrade", "--check", "--tag", "stable"]]
+    assert (await bootc.capabilities()).upgrade_tag
+
+
+async def test_check_update_of_the_image_the_host_runs_is_unchanged(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    """A host installed from the tag itself (spec NAME:stable): plain `upgrade --check`; bootc
+    compares with the image stored under that name and prints "No changes in", so the digest
+    is the booted deployment's."""
+    state = json.loads((host.state / "host.json").read_text())
+    state["booted"]["image"] = f"{NAME}:stable"
+    (host.state / "host.json").write_text(json.dumps(state))
+    host.bootc("internals", "standin-tag", f"{NAME}:stable", D1)
+    assert "No changes in" in host.bootc("upgrade", "--check")
+    bootc = host.adapter(tmp_path)
+    assert await bootc.check_update(parse_image_ref(f"{NAME}:stable")) == D1
+    assert host.verb_calls("upgrade")[-1] == ["upgrade", "--check"]
+    host.bootc("internals", "standin-tag", f"{NAME}:stable", D2)  # the tag moves on
+    assert await bootc.check_update(parse_image_ref(f"{NAME}:stable")) == D2
+
+
+async def test_check_update_refuses_another_repository(host: StandinHost, tmp_path: Path) -> None:
+    with pytest.raises(HostError) as err:
+        await host.adapter(tmp_path).check_update(parse_image_ref("quay.io/other/os:stable"))
+    assert err.value.kind == "unsupported"
+    assert "only in the repository the host runs (quay.io/example/os)" in str(err.value)
+    assert "bootc switch quay.io/other/os:stable" in str(err.value)
+    assert host.verb_calls("upgrade") == []  # refused before bootc was asked
+
+
+async def test_check_update_needs_upgrade_tag_for_another_tag(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    host.configure(upgrade_tag=False)
+    with pytest.raises(HostError) as err:
+        await host.adapter(tmp_path).check_update(parse_image_ref(f"{NAME}:stable"))
+    assert err.value.kind == "unsupported" and "bootc >= 1.15" in str(err.value)
+
+
+async def test_check_update_of_a_missing_tag_is_image_missing(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    with pytest.raises(HostError) as err:
+        await host.adapter(tmp_path).check_update(parse_image_ref(f"{NAME}:nope"))
+    assert err.value.kind == "image-missing"

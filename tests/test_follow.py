@@ -217,6 +217,19 @@ async def test_live_config_applies_while_a_reboot_is_held(tmp_path: Path) -> Non
     assert fleet.staged()["image"]["imageDigest"] == new
 
 
+async def test_failed_prestage_asks_nothing_and_retries(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path)
+    new = fleet.push()
+    fleet.sim.set_disk_full(True)
+    agent = fleet.life()
+    outcome, wait = await agent.tick()
+    assert outcome.state == DEGRADED and outcome.retryable
+    assert outcome.reason.startswith(f"pre-staging {IMAGE}@{new} failed (disk-space)")
+    assert fleet.strategy.asked == 0 and fleet.reboots() == 0 and wait <= 66
+    fleet.sim.set_disk_full(False)
+    assert (await agent.tick())[0].state == REBOOTING
+
+
 async def test_steady_state_must_be_accepted_before_checking(tmp_path: Path) -> None:
     fleet = Fleet(tmp_path, Scripted(steady_answers=[False, True]))
     fleet.push()

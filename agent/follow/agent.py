@@ -96,7 +96,6 @@ class FollowAgent:
         self.failures = 0  # failed passes in a row (check, steady report), for the backoff
         self.latest: str | None = None  # the digest the tag pointed to at the last check
         self.decision: Decision | None = None
-        self.next_check: float | None = None  # wall clock
 
     # -- the loop ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -112,7 +111,6 @@ class FollowAgent:
                 if self.host.reboot_ends_process:
                     return exit_code(outcome)
                 await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
-            self.next_check = time.time() + wait
             if watch is not None:
                 await watch.changed_since(seen, timeout=wait)
             else:
@@ -176,6 +174,8 @@ class FollowAgent:
             self.latest = None
         failed = self.engine.journal.load().failed
         new = self.latest not in (None, booted) and self.latest not in failed
+        if not new:
+            self.decision = None  # no reboot pending: no decision to show
         if self.options.dry_run:
             target = self.latest if new else booted
             return await self._dry_run(self.options.image.with_digest(target) if target else None)
@@ -202,6 +202,7 @@ class FollowAgent:
     async def _report_steady(self) -> bool:
         accepted = await self.strategy.report_steady()
         self.metrics.record_strategy(self.strategy)
+        self.log.info("report steady", strategy=self.strategy.name, accepted=accepted)
         self.steady = accepted
         return accepted
 
@@ -226,10 +227,21 @@ class FollowAgent:
         if plan.verdict != "image":  # refused (Unreconcilable), or nothing after all
             outcome = await self._reconcile(desired)
             return outcome, self._interval()
-        prestaged = await self.engine.prestage(desired, self.metrics.record_progress)
+        try:
+            prestaged = await self.engine.prestage(desired, self.metrics.record_progress)
+        except HostError as exc:
+            if exc.kind != "unsupported":  # the registry, the disk, the signature policy
+                reason = f"pre-staging {target} failed ({exc.kind}): {exc}"
+                self.metrics.prestage_failures.labels(exc.kind).inc()
+                return Outcome(DEGRADED, reason, plan=plan, retryable=True), self._retry_wait()
+            prestaged = f"skipped: {exc}"  # no locked stage here: staged at the reboot
         self.log.info("pre-stage", target=str(target), result=prestaged)
         self.decision = await self.strategy.can_finalize()
         self.metrics.record_strategy(self.strategy, self.decision)
+        d = self.decision
+        self.log.info("can finalize", strategy=self.strategy.name, allowed=d.allowed,
+                      reason=d.reason, lock_held=d.lock_held,
+                      next_window=d.next_window.isoformat() if d.next_window else None)  # fmt: skip
         if not self.decision.allowed:
             reason = f"staged {target}; reboot held: {self.decision.reason}"
             if prestaged.startswith("skipped"):

@@ -183,13 +183,13 @@ def test_a_flag_completes_what_the_files_require(dirs: list[Path]) -> None:
 
 
 @pytest.mark.parametrize(("flags", "flag", "says"), [
-    ({"interval": 0}, "--interval", "more than 0"),
-    ({"interval": True}, "--interval", "not a boolean"),
+    ({"interval": 0}, "--check-interval", "more than 0"),
+    ({"interval": True}, "--check-interval", "not a boolean"),
     ({"strategy": "weekly"}, "--strategy", "'weekly' is not one of"),
     ({"fleet_lock_url": "lock:8080"}, "--fleet-lock-url", "not an http:// or https:// URL"),
     ({"group": "a b"}, "--group", "not a group label"),
-    ({"image": "not an image"}, "--image", "whitespace"),
-    ({"live_config": "mc.yaml"}, "--live-config", "not an absolute path"),
+    ({"image": "not an image"}, "--source", "whitespace"),
+    ({"live_config": "mc.yaml"}, "--config", "not an absolute path"),
 ])  # fmt: skip
 def test_bad_flags_are_refused_naming_the_flag(flags: dict, flag: str, says: str) -> None:
     with pytest.raises(InputError) as caught:

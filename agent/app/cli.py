@@ -160,7 +160,7 @@ def _follow_flags(args: argparse.Namespace) -> dict[str, object]:
         kind, _, path = config.partition(":")
         if kind != "file" or not path:
             raise InputError(f"expected file:PATH, got {config!r}", field="--config")
-        config = path
+        config = str(Path(path).absolute())  # the service's working directory is not the shell's
     return {
         "interval": args.check_interval,
         "live_config": config,

@@ -96,7 +96,11 @@ async def run_follow_source(
     )
 
     def report(outcome: Outcome, extra: dict[str, Any]) -> None:
-        if write_status is not None and not dry_run:
+        if dry_run:  # as file mode's dry run: the plan and the verdict, nothing written
+            if outcome.plan is not None:
+                print(outcome.plan.render_text())
+            print(f"{outcome.state}: {outcome.reason}" if outcome.reason else outcome.state)
+        elif write_status is not None:
             write_status(host, outcome, _phase(engine), board, extra)
 
     agent = FollowAgent(host, engine, strategy, options, report, board.metrics)

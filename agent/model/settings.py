@@ -266,6 +266,10 @@ _FLAGS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
 }
 
 
+# The command line's names where they differ from the override's (`run --help`).
+_FLAG_SPELLING = {"image": "--source", "interval": "--check-interval", "live_config": "--config"}
+
+
 def apply_overrides(settings: FollowSettings, **flags: Any) -> FollowSettings:
     """`settings` with each flag that was given (not None) replacing the file's value, checked
     as a file's would be. Flags: image, interval, live_config, strategy, time_zone,
@@ -282,7 +286,7 @@ def apply_overrides(settings: FollowSettings, **flags: Any) -> FollowSettings:
         try:
             changes[attribute] = check(value)
         except InputError as exc:
-            flag = "--" + name.replace("_", "-")
+            flag = _FLAG_SPELLING.get(name, "--" + name.replace("_", "-"))
             raise InputError(exc.message, source=COMMAND_LINE, field=flag) from None
         origins[key] = COMMAND_LINE
     return dataclasses.replace(settings, **changes, origins=origins)

@@ -30,7 +30,7 @@ changes less than an hour apart could hide."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import cached_property
@@ -214,13 +214,19 @@ def zone_key_from_path(target: str) -> str | None:
     return "/".join(rest) or None
 
 
-def _parse_entry(entry: Any, where: str) -> list[Window]:
-    if not isinstance(entry, dict):
+def refuse_unknown_keys(table: Any, allowed: tuple[str, ...], where: str) -> None:
+    """InputError unless `table` is a table whose keys are all `allowed` (a typo is refused,
+    never ignored)."""
+    if not isinstance(table, Mapping):
         raise InputError("expected a table", field=where)
-    for key in entry:
-        if key not in _WINDOW_KEYS:
-            raise InputError(f"unknown key (expected {', '.join(_WINDOW_KEYS)})",
+    for key in table:
+        if key not in allowed:
+            raise InputError(f"unknown key (expected {', '.join(allowed)})",
                              field=f"{where}.{str(key)[:40]}")  # fmt: skip
+
+
+def _parse_entry(entry: Any, where: str) -> list[Window]:
+    refuse_unknown_keys(entry, _WINDOW_KEYS, where)
     for key in _WINDOW_KEYS:
         if key not in entry:
             raise InputError("missing", field=f"{where}.{key}")

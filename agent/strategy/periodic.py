@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agent.core.windows import Schedule, parse_windows, zone_key_from_path
+from agent.core.windows import Schedule, parse_windows, refuse_unknown_keys, zone_key_from_path
 from agent.errors import InputError
 from agent.strategy.base import Decision
 
@@ -42,12 +42,7 @@ class PeriodicStrategy:
                     localtime: Path = LOCALTIME) -> PeriodicStrategy:  # fmt: skip
         """From the parsed `[updates.periodic]` table: `{"time_zone": ..., "window": [...]}`,
         fragments already merged (windows concatenated, the last time_zone wins)."""
-        if not isinstance(table, Mapping):
-            raise InputError("expected a table", field=TABLE)
-        for key in table:
-            if key not in _TABLE_KEYS:
-                raise InputError(f"unknown key (expected {', '.join(_TABLE_KEYS)})",
-                                 field=f"{TABLE}.{key}")  # fmt: skip
+        refuse_unknown_keys(table, _TABLE_KEYS, TABLE)
         if "window" not in table:
             raise InputError("periodic strategy needs at least one window", field=WINDOW_FIELD)
         windows = parse_windows(table["window"], WINDOW_FIELD)

@@ -25,7 +25,9 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from agent.core.windows import parse_windows
 from agent.errors import InputError
+from agent.model.bootc_check import parse_check_output
 from agent.model.bootc_status import BootcHost, bootc_host_from_object, parse_bootc_status
 from agent.model.dataurl import decode_data_url, decompress
 from agent.model.document import load_document
@@ -36,6 +38,7 @@ from agent.model.machineconfig import (
     machine_config_from_object,
     parse_machine_config,
 )
+from agent.model.settings import check_settings, merge_fragments, parse_fragment, settings_from
 from agent.sources.file import load_desired
 from tests.builders import DIGEST_A, gz_url, ign_file, machine_config
 
@@ -308,6 +311,30 @@ def test_any_json_value_as_a_machine_config(value: Any) -> None:
 def test_arbitrary_bytes(data: bytes) -> None:
     for parse in (parse_machine_config, parse_bootc_status, load_document):
         outcome(parse, data)
+
+
+def _settings(data: bytes) -> Any:
+    merged = merge_fragments([("f.toml", parse_fragment(data, "f.toml"))])
+    return check_settings(settings_from(merged, ["f.toml"]))
+
+
+@HOSTILE
+@given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_arbitrary_settings_and_check_output(data: bytes) -> None:
+    """Standalone mode's inputs: a settings drop-in, `bootc upgrade --check`'s stdout, and the
+    windows a drop-in holds."""
+    outcome(_settings, data)
+    outcome(parse_check_output, data.decode(errors="replace"))
+
+
+@HOSTILE
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.sampled_from(["days", "start_time", "length_minutes",
+                                                       "x"]), inner, max_size=4),
+                    max_leaves=12))  # fmt: skip
+def test_hostile_windows(value: Any) -> None:
+    outcome(parse_windows, value if isinstance(value, list) else [value], "w")
 
 
 @HOSTILE

@@ -82,6 +82,9 @@ class ProcessResult:
     stderr: bytes
 
 
+_PIPE_GRACE = 2.0  # seconds to finish reading output once the command has exited
+
+
 async def run_process(
     argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
 ) -> ProcessResult:
@@ -105,16 +108,54 @@ async def run_process(
     status: int | None = None
     try:
         async with asyncio.timeout(timeout):
-            status = await proc.wait()
+            status = await _exit_status(proc)
     except TimeoutError:
         pass
+    except BaseException:  # cancelled (a stop): nobody collects the output; stop reading it
+        readers.cancel()
+        readers.add_done_callback(_retrieve)
+        _close_pipes(proc)
+        raise
     finally:
         if proc.returncode is None:  # deadline or cancellation: end all of it
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-    await proc.wait()
-    await readers
+    await _exit_status(proc)
+    try:
+        async with asyncio.timeout(_PIPE_GRACE):
+            await readers
+    except TimeoutError:
+        pass  # what was read is what the command said
+    _close_pipes(proc)
     return ProcessResult(status, bytes(out), bytes(err))
+
+
+async def _exit_status(proc: asyncio.subprocess.Process) -> int:
+    """The exit status as soon as the process has exited. `Process.wait()` (Python 3.11) also
+    waits for the pipes to close, which a grandchild in another session can hold open."""
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        while proc.returncode is None and not waiter.done():
+            await asyncio.wait({waiter}, timeout=0.05)
+    finally:
+        waiter.cancel()
+        waiter.add_done_callback(_retrieve)
+    assert proc.returncode is not None
+    return proc.returncode
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Release pipes a grandchild may still hold (asyncio's Process has no public close); a
+    no-op once they are closed."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's outcome as seen (no "exception was never retrieved" at exit)."""
+    if not future.cancelled():
+        future.exception()
 
 
 class ProcessUnitRunner:

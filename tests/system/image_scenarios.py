@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.system import images
 from tests.system.follow_scenarios import FOLLOW_SCENARIOS
+from tests.system.layer_follow_scenarios import LAYER_FOLLOW_SCENARIOS
 from tests.system.machine import Machine
 from tests.system.podman import podman, require_tools
 from tests.system.rootfs import REPO
@@ -168,4 +169,10 @@ IMAGE_SCENARIOS = [
     Scenario("daemonset-image", daemonset_image, False, daemonset_image.__doc__ or ""),
     Scenario("bootc-layer", bootc_layer, doc=bootc_layer.__doc__ or "", lower=bootc_image_root),
 ]
-ALL_SCENARIOS = [*SCENARIOS, *TRUST_SCENARIOS, *FOLLOW_SCENARIOS, *IMAGE_SCENARIOS]
+ALL_SCENARIOS = [
+    *SCENARIOS,
+    *TRUST_SCENARIOS,
+    *FOLLOW_SCENARIOS,
+    *IMAGE_SCENARIOS,
+    *LAYER_FOLLOW_SCENARIOS,
+]

@@ -87,15 +87,28 @@ def test_bad_flags_exit_2_and_touch_nothing(
     assert not (host / "root/var/lib/image-mode-agent/status.json").exists()
 
 
-def test_bad_settings_file_exits_2_naming_it(
-    host: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[updates]\nstratgy = "periodic"\n', ["10-bad.toml", "stratgy"]),
+        ('[updates]\nstrategy = "periodic"\n[[updates.periodic.window]]\ndays = ["Mon"]\n'
+         'start_time = "25:00"\nlength_minutes = 60\n', ["start_time", "25:00"]),
+        ('[updates]\nstrategy = "periodic"\n[updates.periodic]\ntime_zone = "Mars/Olympus"\n'
+         '[[updates.periodic.window]]\ndays = ["Mon"]\nstart_time = "01:00"\n'
+         'length_minutes = 60\n', ["time_zone", "Mars/Olympus"]),
+    ],
+)  # fmt: skip
+def test_bad_settings_exit_2_naming_them_before_the_host_is_touched(
+    host: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: list[str]
 ) -> None:
     settings = tmp_path / "config.d"
     settings.mkdir()
-    (settings / "10-typo.toml").write_text('[updates]\nstratgy = "periodic"\n')
+    (settings / "10-bad.toml").write_text(text)
+    before = (host / "host.json").read_text()
     assert run(host, settings) == 2
     err = capsys.readouterr().err
-    assert "10-typo.toml" in err and "stratgy" in err
+    assert all(word in err for word in words), err
+    assert (host / "host.json").read_text() == before
 
 
 def test_dry_run_changes_nothing(host: Path, tmp_path: Path,

@@ -111,9 +111,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     follow = None
     if kind == "image":  # every bad setting fails here, before the host is touched
-        from agent.app.standalone import load_follow_settings
+        from agent.app.standalone import build_strategy, load_follow_settings
 
-        follow = load_follow_settings(arg, args.settings_dir, _follow_flags(args))
+        settings, image = load_follow_settings(arg, args.settings_dir, _follow_flags(args))
+        follow = settings, image, build_strategy(settings, _host_root(args))
     options = RunOptions(
         once=args.once,
         dry_run=args.dry_run,
@@ -136,9 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             if follow is not None:
                 from agent.app.standalone import run_follow_source
 
-                settings, image = follow
+                settings, image, strategy = follow
                 return await until_signalled(run_follow_source(
-                    host, settings, image, board, once=args.once, dry_run=args.dry_run,
+                    host, settings, image, strategy, board, once=args.once, dry_run=args.dry_run,
                     max_boot_attempts=args.max_boot_attempts,
                     soft_reboot=args.allow_soft_reboot, write_status=write_status,
                 ))  # fmt: skip
@@ -151,6 +152,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 await endpoints.cleanup()
 
     return asyncio.run(main())
+
+
+def _host_root(args: argparse.Namespace) -> Path:
+    """The host's `/` as this process sees it (its /etc/machine-id, /etc/localtime)."""
+    kind, _, arg = args.host.partition(":")
+    if kind == "simulated" and arg:
+        from agent.host.simulated import SimulatedHost
+
+        return SimulatedHost(Path(arg)).root
+    return Path(args.host_root)
 
 
 def _follow_flags(args: argparse.Namespace) -> dict[str, object]:

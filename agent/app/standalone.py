@@ -75,6 +75,7 @@ async def run_follow_source(
     host: Host,
     settings: FollowSettings,
     image: ImageRef,
+    strategy: Strategy,
     board: StatusBoard,
     *,
     once: bool = False,
@@ -84,7 +85,6 @@ async def run_follow_source(
     write_status: Any = None,
 ) -> int:
     """Follow `image` on `host` until stopped (or once); the process exit code."""
-    strategy = build_strategy(settings, host.root)
     engine = Engine(host, max_boot_attempts=max_boot_attempts,
                     hooks=follow_hooks(board.metrics), soft_reboot=soft_reboot)  # fmt: skip
     options = FollowOptions(

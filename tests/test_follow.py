@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.app.runtime import exit_code
+from agent.core.backoff import backoff
 from agent.core.policy import Allowlist
-from agent.follow.agent import HELD, FollowAgent, FollowOptions, backoff, exit_code
+from agent.follow.agent import HELD, FollowAgent, FollowOptions
 from agent.host.simulated import SimulatedHost
 from agent.model.imageref import parse_image_ref
 from agent.observe.metrics import Metrics

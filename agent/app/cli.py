@@ -100,7 +100,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_file_source,
         until_signalled,
         watchdog,
-        write_status,
     )
 
     kind, _, arg = args.source.partition(":")
@@ -141,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return await until_signalled(run_follow_source(
                     host, settings, image, strategy, board, once=args.once, dry_run=args.dry_run,
                     max_boot_attempts=args.max_boot_attempts,
-                    soft_reboot=args.allow_soft_reboot, write_status=write_status,
+                    soft_reboot=args.allow_soft_reboot,
                 ))  # fmt: skip
             if args.source == "kube":
                 return await run_cluster_source(host, allowlist, args, board)

@@ -28,6 +28,7 @@ from agent.host.durable import write_json
 from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
 from agent.observe.http import StatusBoard
+from agent.observe.metrics import Metrics
 from agent.sources.disruption_policy import load_live_policy
 from agent.sources.file import FileWatch, load_desired
 from agent.update.engine import (
@@ -209,14 +210,19 @@ def write_status(
     board.publish(status)
 
 
-def _phase(engine: Engine) -> str:
+def metered_hooks(metrics: Metrics) -> Hooks:
+    """Engine hooks that feed the agent's metrics (notices and staging progress)."""
+    return Hooks(notice=metrics.notice, progress=metrics.record_progress)
+
+
+def journal_phase(engine: Engine) -> str:
     try:
         return str(engine.journal.load().phase)
     except HostError:  # an unreadable journal: the pass reported it
         return "unknown"
 
 
-def _exit_code(outcome: Outcome) -> int:
+def exit_code(outcome: Outcome) -> int:
     return {DONE: EXIT_DONE, REBOOTING: EXIT_REBOOT, WORKING: EXIT_DONE}.get(
         outcome.state, EXIT_DEGRADED
     )
@@ -273,7 +279,7 @@ async def _reconcile_loop(
 ) -> int:
     log = structlog.get_logger("agent")
     metrics = board.metrics
-    hooks = Hooks(notice=metrics.notice, progress=metrics.record_progress)
+    hooks = metered_hooks(metrics)
     engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=hooks,
                     soft_reboot=options.soft_reboot)  # fmt: skip
     watch = FileWatch(path, options.poll_interval)
@@ -291,24 +297,24 @@ async def _reconcile_loop(
                 raise  # a one-shot: exit 2 (cli), one line on stderr, nothing written
             outcome = Outcome(DEGRADED, f"cannot use the desired state: {exc}", retryable=True)
             if options.once:
-                write_status(host, outcome, _phase(engine), board)
+                write_status(host, outcome, journal_phase(engine), board)
                 raise
         else:
             outcome = await _reconcile(engine, desired, options.dry_run)
         if options.dry_run:
             if outcome.plan is None:  # a pass that failed: nothing was planned
                 print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)
-                return _exit_code(outcome)
+                return exit_code(outcome)
             print(outcome.plan.render_text(), file=out)
             print(outcome.reason, file=out)
             return EXIT_DONE
-        phase = _phase(engine)
+        phase = journal_phase(engine)
         write_status(host, outcome, phase, board)
         log.info("reconciled", state=outcome.state, reason=outcome.reason, phase=phase)
         if outcome.state in (DEGRADED, UNRECONCILABLE) and options.once:
             print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)
         if options.once or (outcome.state == REBOOTING and host.reboot_ends_process):
-            return _exit_code(outcome)
+            return exit_code(outcome)
         if outcome.state == REBOOTING:
             await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
         if outcome.state == DEGRADED and outcome.retryable:

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.app.runtime import exit_code, journal_phase, metered_hooks, write_status
 from agent.errors import InputError
-from agent.follow.agent import FollowAgent, FollowOptions, follow_hooks
+from agent.follow.agent import FollowAgent, FollowOptions
 from agent.host.ports import Host
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.settings import FollowSettings
@@ -82,11 +83,10 @@ async def run_follow_source(
     dry_run: bool = False,
     max_boot_attempts: int = 1,
     soft_reboot: bool = False,
-    write_status: Any = None,
 ) -> int:
     """Follow `image` on `host` until stopped (or once); the process exit code."""
     engine = Engine(host, max_boot_attempts=max_boot_attempts,
-                    hooks=follow_hooks(board.metrics), soft_reboot=soft_reboot)  # fmt: skip
+                    hooks=metered_hooks(board.metrics), soft_reboot=soft_reboot)  # fmt: skip
     options = FollowOptions(
         image,
         interval=settings.interval,
@@ -100,18 +100,11 @@ async def run_follow_source(
             if outcome.plan is not None:
                 print(outcome.plan.render_text())
             print(f"{outcome.state}: {outcome.reason}" if outcome.reason else outcome.state)
-        elif write_status is not None:
-            write_status(host, outcome, _phase(engine), board, extra)
+        else:
+            write_status(host, outcome, journal_phase(engine), board, extra)
 
     agent = FollowAgent(host, engine, strategy, options, report, board.metrics)
     try:
-        return await agent.run()
+        return exit_code(await agent.run())
     finally:
         await agent.aclose()
-
-
-def _phase(engine: Engine) -> str:
-    try:
-        return str(engine.journal.load().phase)
-    except Exception:  # an unreadable journal: the pass reported it
-        return "unknown"

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from tenacity import RetryCallState, wait_exponential, wait_random
 
+from agent.core.backoff import backoff
 from agent.core.desired import Desired
 from agent.errors import HostError, InputError, describe_fault, fault_frames
 from agent.follow.live_config import desired_state
@@ -41,10 +41,8 @@ from agent.update.engine import (
     DEGRADED,
     DONE,
     REBOOTING,
-    UNRECONCILABLE,
     WORKING,
     Engine,
-    Hooks,
     Outcome,
 )
 from agent.update.journal import IN_FLIGHT
@@ -66,14 +64,6 @@ class FollowOptions:
 
 
 Report = Callable[[Outcome, dict[str, Any]], None]
-
-
-def backoff(failures: int, initial: float, cap: float) -> float:
-    """Exponential backoff with jitter (tenacity's), for the `failures`-th retry in a row."""
-    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
-    state.attempt_number = max(1, failures)
-    wait = wait_exponential(multiplier=initial, max=cap) + wait_random(0, initial)
-    return float(wait(state))
 
 
 class FollowAgent:
@@ -98,18 +88,18 @@ class FollowAgent:
         self.decision: Decision | None = None
 
     # -- the loop ------------------------------------------------------------------------
-    async def run(self) -> int:
-        """Passes until stopped (or one with `once`); the exit code of the last outcome."""
+    async def run(self) -> Outcome:
+        """Passes until stopped (or one with `once`); the outcome of the last pass."""
         watch = FileWatch(self.options.live_config, self.options.file_poll) \
             if self.options.live_config else None  # fmt: skip
         while True:
             seen = watch.mark() if watch else None
             outcome, wait = await self.tick()
             if self.options.once or self.options.dry_run:
-                return exit_code(outcome)
+                return outcome
             if outcome.state == REBOOTING:
                 if self.host.reboot_ends_process:
-                    return exit_code(outcome)
+                    return outcome
                 await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
             if watch is not None:
                 await watch.changed_since(seen, timeout=wait)
@@ -280,14 +270,3 @@ class FollowAgent:
 
 def _iso(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def exit_code(outcome: Outcome) -> int:
-    """0 Done (or held: nothing is wrong), 3 rebooting, 4 Degraded or Unreconcilable."""
-    if outcome.state in (DEGRADED, UNRECONCILABLE):
-        return 4
-    return 3 if outcome.state == REBOOTING else 0
-
-
-def follow_hooks(metrics: Metrics) -> Hooks:
-    return Hooks(notice=metrics.notice, progress=metrics.record_progress)

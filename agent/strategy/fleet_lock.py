@@ -23,9 +23,9 @@ from typing import Any
 
 import aiohttp
 import structlog
-from tenacity import RetryCallState, wait_exponential_jitter
 from yarl import URL
 
+from agent.core.backoff import backoff
 from agent.errors import InputError
 from agent.strategy.base import Decision
 from agent.strategy.identity import DEFAULT_GROUP, read_node_id, validate_group
@@ -195,11 +195,7 @@ class FleetLockStrategy:
         self.errors: Counter[tuple[str, str]] = Counter()
         self.failures: Counter[str] = Counter()  # consecutive failures, per api
         self.last: dict[str, LockResult] = {}
-        self.steady_retry_after: float | None = None  # after a failed report_steady
-        # tenacity 9 deprecates `initial` and 8.x lacks `multiplier`: scale a 1-second wait.
-        self._initial = backoff_initial
-        self._wait = wait_exponential_jitter(max=backoff_max / backoff_initial,
-                                             jitter=backoff_jitter / backoff_initial)  # fmt: skip
+        self._backoff = (backoff_initial, backoff_max, backoff_jitter)
 
     @classmethod
     def from_config(
@@ -228,16 +224,13 @@ class FleetLockStrategy:
                         retry_after=self.backoff(PRE_REBOOT))  # fmt: skip
 
     async def report_steady(self) -> bool:
-        result = await self._request(STEADY_STATE)
-        self.steady_retry_after = None if result.ok else self.backoff(STEADY_STATE)
-        return result.ok
+        return (await self._request(STEADY_STATE)).ok  # the caller's loop paces the retries
 
     def backoff(self, api: str) -> float:
         """Seconds to wait before calling `api` again: grows with its consecutive failures,
         with jitter so a fleet refused together does not come back together; capped."""
-        state = RetryCallState(None, None, (), {})
-        state.attempt_number = max(1, self.failures[api])
-        return self._initial * self._wait(state)
+        initial, cap, jitter = self._backoff
+        return backoff(self.failures[api], initial, cap, jitter)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -92,10 +92,10 @@ def test_bad_flags_exit_2_and_touch_nothing(
     [
         ('[updates]\nstratgy = "periodic"\n', ["10-bad.toml", "stratgy"]),
         ('[updates]\nstrategy = "periodic"\n[[updates.periodic.window]]\ndays = ["Mon"]\n'
-         'start_time = "25:00"\nlength_minutes = 60\n', ["start_time", "25:00"]),
+         'start_time = "25:00"\nlength_minutes = 60\n', ["10-bad.toml", "start_time", "25:00"]),
         ('[updates]\nstrategy = "periodic"\n[updates.periodic]\ntime_zone = "Mars/Olympus"\n'
          '[[updates.periodic.window]]\ndays = ["Mon"]\nstart_time = "01:00"\n'
-         'length_minutes = 60\n', ["time_zone", "Mars/Olympus"]),
+         'length_minutes = 60\n', ["10-bad.toml", "time_zone", "Mars/Olympus"]),
     ],
 )  # fmt: skip
 def test_bad_settings_exit_2_naming_them_before_the_host_is_touched(

@@ -50,7 +50,7 @@ def test_default_dirs_are_vendor_then_admin_then_runtime() -> None:
 def test_no_files_gives_the_defaults(dirs: list[Path]) -> None:
     assert load_settings(dirs) == FollowSettings(
         image=None, interval=300.0, live_config=None, strategy="immediate", time_zone="UTC",
-        windows=(), window_sources=(), fleet_lock_url=None, group="default", node_uuid=None,
+        windows=(), fleet_lock_url=None, group="default", node_uuid=None,
         sources=(),
     )  # fmt: skip
 
@@ -141,7 +141,11 @@ def test_windows_accumulate_in_file_order(dirs: list[Path]) -> None:
     settings = load_settings(dirs)
     assert [w["days"] for w in settings.windows] == [["Sat"], ["Sun"], ["Mon"]]
     assert settings.windows[0] == {"days": ["Sat"], "start_time": "23:30", "length_minutes": 60}
-    assert settings.window_sources == (str(a), str(b), str(b))
+    assert [settings.source_of(f"updates.periodic.window[{i}]") for i in range(3)] == \
+        [str(a), str(b), str(b)]  # fmt: skip
+    assert settings.source_of("updates.periodic.window[1].start_time") == str(b)
+    assert settings.source_of("updates.strategy") == str(a)
+    assert settings.source_of("identity.group") == ""
 
 
 def test_later_scalars_replace_and_tables_merge(dirs: list[Path]) -> None:
@@ -327,7 +331,8 @@ def test_merging_and_defaults_without_files() -> None:
     ])  # fmt: skip
     settings = check_settings(settings_from(merged, ["a.toml", "b.toml"]))
     assert settings.strategy == "periodic"
-    assert settings.window_sources == ("a.toml", "b.toml")
+    assert [settings.source_of(f"updates.periodic.window[{i}]") for i in range(2)] == \
+        ["a.toml", "b.toml"]  # fmt: skip
     assert settings.sources == ("a.toml", "b.toml")
     assert settings.node_uuid is None
     assert parse_fragment(b'[identity]\nnode_uuid = ""\n', "c.toml") == {

@@ -50,19 +50,18 @@ def load_follow_settings(
     if not settings.image:
         raise InputError("no image to follow: pass --source image:REF or set image in [follow]",
                          field="--source")  # fmt: skip
-    where = "--source" if source_arg else f"{_origin(settings, 'follow.image')}: follow.image"
+    where = "--source" if source_arg else f"{settings.source_of('follow.image')}: follow.image"
     return settings, followed_image(settings.image, where)
-
-
-def _origin(settings: FollowSettings, key: str) -> str:
-    return settings.origins.get(key, "settings")
 
 
 def build_strategy(settings: FollowSettings, host_root: Path) -> Strategy:
     """The strategy the settings name; InputError naming the key at fault."""
     if settings.strategy == "periodic":
         table = {"time_zone": settings.time_zone, "window": list(settings.windows)}
-        return PeriodicStrategy.from_config(table, localtime=host_root / "etc/localtime")
+        try:
+            return PeriodicStrategy.from_config(table, localtime=host_root / "etc/localtime")
+        except InputError as exc:  # a window or the zone: name the file that set it
+            raise exc.located(settings.source_of(exc.field) or exc.source) from None
     if settings.strategy == "fleet_lock":
         assert settings.fleet_lock_url is not None  # check_settings demands it
         return FleetLockStrategy.from_config(

@@ -46,12 +46,18 @@ class FollowSettings:
     strategy: str = "immediate"
     time_zone: str = DEFAULT_TIME_ZONE
     windows: tuple[dict[str, Any], ...] = ()
-    window_sources: tuple[str, ...] = ()  # the source of each entry of `windows`
     fleet_lock_url: str | None = None
     group: str = DEFAULT_GROUP
     node_uuid: str | None = None  # None: derived from /etc/machine-id
     sources: tuple[str, ...] = ()  # the fragments read, in merge order
     origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def source_of(self, key: str) -> str:
+        """The file (or "command line") that set `key` or the entry it lies in, e.g.
+        `updates.periodic.window[2].start_time` -> the fragment of the third window; "" when
+        nothing set it (a default)."""
+        owners = [k for k in self.origins if key == k or key.startswith((f"{k}.", f"{k}["))]
+        return self.origins[max(owners, key=len)] if owners else ""
 
 
 def _string(value: Any) -> str:
@@ -245,7 +251,6 @@ def settings_from(merged: dict[str, Any], sources: Iterable[str]) -> FollowSetti
         strategy=updates.get("strategy", "immediate"),
         time_zone=periodic.get("time_zone", DEFAULT_TIME_ZONE),
         windows=windows,
-        window_sources=tuple(origins.get(f"{WINDOW_KEY}[{i}]", "") for i in range(len(windows))),
         fleet_lock_url=updates.get("fleet_lock", {}).get("base_url"),
         group=identity.get("group", DEFAULT_GROUP),
         node_uuid=identity.get("node_uuid"),

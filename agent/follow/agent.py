@@ -191,7 +191,7 @@ class FollowAgent:
 
     async def _report_steady(self) -> bool:
         accepted = await self.strategy.report_steady()
-        self.metrics.record_strategy(self.strategy)
+        self.metrics.record_strategy(self.strategy, steady=accepted)
         self.log.info("report steady", strategy=self.strategy.name, accepted=accepted)
         self.steady = accepted
         return accepted

@@ -449,7 +449,7 @@ class SimulatedBootc:
         bootc's limits (model/bootc_check.py); the booted entry's cachedUpdate records it."""
         state = self.sim._state()
         spec = (state["staged"] or state["booted"])["ref"]
-        args = check_argv(spec.split("@", 1)[0] if "@" in spec else spec, image, True)
+        args = check_argv(spec.split("@", 1)[0], image, True)  # as status shows the spec
         registry = self.sim._registry()
         if registry.get("down"):
             raise HostError(

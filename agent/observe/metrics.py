@@ -106,17 +106,18 @@ class Metrics:
         if ok:
             self.follow_last_check.set(time.time())
 
-    def record_strategy(self, strategy: Any, decision: Any = None) -> None:
-        """After a strategy was asked something: its answer, and its own request counters
-        (fleet_lock keeps them per object, so two agents in a process stay apart)."""
+    def record_strategy(self, strategy: Any, decision: Any = None, steady: bool = False) -> None:
+        """After a strategy was asked something: its answer (a decision, or `steady`: a steady
+        report it accepted, so no slot is held), and its own request counters (fleet_lock
+        keeps them per object, so two agents in a process stay apart)."""
         if decision is not None:
             self.can_finalize.labels(strategy.name, str(decision.allowed).lower()).inc()
             held = not decision.allowed and decision.next_window is not None
             self.next_window.set(decision.next_window.timestamp() if held else 0)
             if decision.lock_held is not None:
                 self.lock_held.set(1 if decision.lock_held else 0)
-        elif strategy.name == "fleet_lock":
-            self.lock_held.set(0)  # a steady report was asked: the slot is being given back
+        if steady:
+            self.lock_held.set(0)
         minutes = strategy.describe().get("totalMinutes")
         if minutes is not None:
             self.schedule_minutes.set(minutes)

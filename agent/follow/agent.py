@@ -171,7 +171,7 @@ class FollowAgent:
             return await self._dry_run(self.options.image.with_digest(target) if target else None)
         # Live config first, on the booted image: a held reboot never holds an SSH key back.
         here = self.options.image.with_digest(booted) if booted else None
-        outcome = await self._reconcile(self._desired(here))
+        outcome = await self.engine.reconcile(self._desired(here))
         if outcome.state != DONE:
             return outcome, self._retry_wait() if outcome.retryable else self._interval()
         if check_error is not None:
@@ -207,15 +207,12 @@ class FollowAgent:
                               "strategy decides when to reboot")  # fmt: skip
         return outcome, self._interval()
 
-    async def _reconcile(self, desired: Desired) -> Outcome:
-        return await self.engine.reconcile(desired)
-
     async def _update(self, target: ImageRef) -> tuple[Outcome, float]:
         """A new digest: plan, pre-stage, ask the strategy, reboot when it allows."""
         desired = self._desired(target)
         plan = await self.engine.plan(desired)
         if plan.verdict != "image":  # refused (Unreconcilable), or nothing after all
-            outcome = await self._reconcile(desired)
+            outcome = await self.engine.reconcile(desired)
             return outcome, self._interval()
         try:
             prestaged = await self.engine.prestage(desired, self.metrics.record_progress)

@@ -112,8 +112,14 @@ def restart_agent(m: Machine) -> None:
     m.sh(f"systemctl restart --no-block {AGENT_UNIT}")
 
 
-def boot_event(m: Machine, boot: int) -> dict:
-    return m.boot_records()[boot - 1]
+def expect_boot(m: Machine, boot: int, event: str, image: Image,
+                timeout: float = AGENT_TIMEOUT) -> None:  # fmt: skip
+    """Wait for boot number `boot`; it must be `event` (booted-staged, rolled-back) into
+    `image`."""
+    m.wait_booted(boot, timeout)
+    record = m.boot_records()[boot - 1]
+    expect(record["event"] == event and record["booted"] == image.pinned,
+           f"boot {boot} is not {event} into {image.tag}: {record}")  # fmt: skip
 
 
 def follow_tag(w: World, m: Machine) -> None:
@@ -125,23 +131,14 @@ def follow_tag(w: World, m: Machine) -> None:
     start_following(w, m, '[updates]\nstrategy = "immediate"\n')
 
     move_tag(w, v2)
-    m.wait_booted(2, AGENT_TIMEOUT)
-    record = boot_event(m, 2)
-    expect(record["event"] == "booted-staged" and record["booted"] == v2.pinned,
-           f"boot 2 is not v2 from the staged slot: {record}")  # fmt: skip
+    expect_boot(m, 2, "booted-staged", v2)
     status = settle_followed(m, v2)
     expect(status["follow"].get("image") == f"{v2.name}:{TAG}", f"follow: {status['follow']}")
     no_more_boots(m, 2)
 
     move_tag(w, v3)
-    m.wait_booted(3, AGENT_TIMEOUT)
-    record = boot_event(m, 3)
-    expect(record["event"] == "booted-staged" and record["booted"] == v3.pinned,
-           f"boot 3 is not v3 from the staged slot: {record}")  # fmt: skip
-    m.wait_booted(4, AGENT_TIMEOUT * 2)
-    record = boot_event(m, 4)
-    expect(record["event"] == "rolled-back" and record["booted"] == v2.pinned,
-           f"boot 4 is not the rollback to v2: {record}")  # fmt: skip
+    expect_boot(m, 3, "booted-staged", v3)
+    expect_boot(m, 4, "rolled-back", v2, AGENT_TIMEOUT * 2)
     status = wait_state(m, "Degraded", "Degraded: v3 failed here before",
                         reason="which failed on this host before")  # fmt: skip
     expect(v3.digest in status["reason"], f"the reason does not name v3: {status['reason']}")
@@ -187,10 +184,7 @@ def follow_window(w: World, m: Machine) -> None:
     opened = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
     m.write(SETTINGS, periodic(window(opened, 120)))
     restart_agent(m)
-    m.wait_booted(2, AGENT_TIMEOUT)
-    record = boot_event(m, 2)
-    expect(record["event"] == "booted-staged" and record["booted"] == v2.pinned,
-           f"boot 2 is not v2 from the staged slot: {record}")  # fmt: skip
+    expect_boot(m, 2, "booted-staged", v2)
     settle_followed(m, v2)
     no_more_boots(m, 2)
 

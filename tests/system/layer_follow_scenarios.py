@@ -16,7 +16,7 @@ from tests.system import images
 from tests.system.follow_scenarios import (
     CHECK_INTERVAL,
     TAG,
-    boot_event,
+    expect_boot,
     move_tag,
     restart_agent,
     settle_followed,
@@ -24,7 +24,7 @@ from tests.system.follow_scenarios import (
 from tests.system.machine import Machine
 from tests.system.podman import require_tools
 from tests.system.registry import free_port
-from tests.system.scenarios import AGENT_TIMEOUT, Scenario, expect, no_more_boots
+from tests.system.scenarios import Scenario, expect, no_more_boots
 from tests.system.world import AGENT_ENV, AGENT_UNIT, DESIRED, World
 
 STRATEGY = "immediate"  # the agent's default, passed anyway so the build argument is exercised
@@ -104,10 +104,7 @@ def bootc_layer_follow(w: World, m: Machine) -> None:
     expect(f"/{UNIT_DROPIN}" in dropins.split(), f"{AGENT_UNIT} drop-ins: {dropins!r}")
 
     move_tag(w, v2)
-    m.wait_booted(2, AGENT_TIMEOUT)
-    record = boot_event(m, 2)
-    expect(record["event"] == "booted-staged" and record["booted"] == v2.pinned,
-           f"boot 2 is not v2 from the staged slot: {record}")  # fmt: skip
+    expect_boot(m, 2, "booted-staged", v2)
     status = settle_followed(m, v2)
     expect(status["follow"].get("image") == tag, f"follow: {status['follow']}")
     no_more_boots(m, 2)

@@ -103,19 +103,43 @@ def guest_image(image: Image) -> Image:
     return Image(f"{GUEST_REGISTRY}/{image.name.split('/', 1)[1]}", image.tag, image.digest)
 
 
-def desired_doc(image: Image) -> str:
+def desired_doc(image: Image, files: tuple[dict, ...] = (), name: str = "") -> str:
+    """A rendered MachineConfig for `image` with core's SSH key and Ignition `files`."""
     return json.dumps({
         "apiVersion": "machineconfiguration.openshift.io/v1",
         "kind": "MachineConfig",
-        "metadata": {"name": f"rendered-worker-{image.tag}"},
+        "metadata": {"name": name or f"rendered-worker-{image.tag}"},
         "spec": {
             "osImageURL": image.pinned,
             "config": {
                 "ignition": {"version": "3.4.0"},
                 "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": [KEY_A]}]},
+                "storage": {"files": list(files)},
             },
         },
     }, indent=1)  # fmt: skip
+
+
+def seed_agent_units(seed_root: Path) -> None:
+    """The repo's agent units under seed_root/etc/systemd/system, enabled as `systemctl enable`
+    would from their own [Install] sections."""
+    units = seed_root / "etc/systemd/system"
+    units.mkdir(parents=True, exist_ok=True)
+    for unit in sorted(agent_units_dir().glob("*")):
+        if unit.suffix in UNIT_SUFFIXES and unit.is_symlink():  # a mask: -> /dev/null
+            (units / unit.name).symlink_to(os.readlink(unit))
+        elif unit.suffix in UNIT_SUFFIXES:
+            shutil.copy(unit, units / unit.name)
+        elif unit.suffix == ".py" and agent_units_dir() != REPO / "systemd":
+            lib = seed_root / SELFTEST_LIB.lstrip("/")
+            lib.mkdir(parents=True, exist_ok=True)
+            shutil.copy(unit, lib / unit.name)
+    for unit in units.glob("image-mode-agent*.service"):
+        for target in re.findall(r"^(?:WantedBy|RequiredBy)=(.+)$", unit.read_text(), re.M):
+            for t in target.split():
+                wants = units / f"{t}.wants"
+                wants.mkdir(exist_ok=True)
+                (wants / unit.name).symlink_to(f"/etc/systemd/system/{unit.name}")
 
 
 def seed(world: World, share: Path, scenario: VmScenario) -> None:
@@ -137,24 +161,7 @@ def seed(world: World, share: Path, scenario: VmScenario) -> None:
     conf.parent.mkdir(parents=True)
     conf.write_text(f'[[registry]]\nlocation = "{GUEST_REGISTRY}"\ninsecure = true\n')
     if scenario.needs_agent:
-        units = s / "etc/systemd/system"
-        units.mkdir(parents=True)
-        for unit in sorted(agent_units_dir().glob("*")):
-            if unit.suffix in UNIT_SUFFIXES and unit.is_symlink():  # a mask: -> /dev/null
-                (units / unit.name).symlink_to(os.readlink(unit))
-            elif unit.suffix in UNIT_SUFFIXES:
-                shutil.copy(unit, units / unit.name)
-            elif unit.suffix == ".py" and agent_units_dir() != REPO / "systemd":
-                lib = s / SELFTEST_LIB.lstrip("/")
-                lib.mkdir(parents=True, exist_ok=True)
-                shutil.copy(unit, lib / unit.name)
-        for unit in units.glob("image-mode-agent*.service"):
-            # enable as `systemctl enable` would, from the unit's own [Install] section
-            for target in re.findall(r"^(?:WantedBy|RequiredBy)=(.+)$", unit.read_text(), re.M):
-                for t in target.split():
-                    wants = units / f"{t}.wants"
-                    wants.mkdir(exist_ok=True)
-                    (wants / unit.name).symlink_to(f"/etc/systemd/system/{unit.name}")
+        seed_agent_units(s)
         desired = s / DESIRED.lstrip("/")
         desired.parent.mkdir(parents=True, exist_ok=True)
         desired.write_text(desired_doc(v1))
@@ -203,6 +210,15 @@ def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) ->
                    "security_model=none,readonly=on,id=guest",
         "-virtfs", f"local,path={share},mount_tag=harness,security_model=none,id=harness",
     ]  # fmt: skip
+    return drive(cmd, workdir, share, scenario.name, scenario.boots, start)
+
+
+def drive(
+    cmd: list[str], workdir: Path, share: Path, name: str, expected_boots: int, start: float
+) -> VmResult:
+    """Run the VM until it powers off (or BOOT_TIMEOUT per expected boot, plus one, passes):
+    the console goes to workdir/console.log, timestamped; boots are counted from it; the
+    verdict is the guest's single `RESULT` line in the share's results.log."""
     console = open(workdir / "console.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")  # fmt: skip
@@ -213,13 +229,14 @@ def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) ->
         assert proc.stdout
         for line in proc.stdout:
             console.write(f"[{time.monotonic() - start:6.1f}] {line}")
+            console.flush()
             if RESTART in line:
                 boots += 1
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        proc.wait(BOOT_TIMEOUT * (scenario.boots + 1))
+        proc.wait(BOOT_TIMEOUT * (expected_boots + 1))
         timed_out = False
     except subprocess.TimeoutExpired:
         proc.kill()  # only the qemu this harness started
@@ -231,12 +248,12 @@ def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) ->
     results = [line.split("RESULT ", 1)[1] for line in log.splitlines() if "RESULT " in line]
     elapsed = time.monotonic() - start
     if timed_out:
-        return VmResult(scenario.name, False, boots, elapsed, f"timed out; {log[-300:]!r}")
+        return VmResult(name, False, boots, elapsed, f"timed out; {log[-300:]!r}")
     if results != ["pass"]:
-        return VmResult(scenario.name, False, boots, elapsed, "; ".join(results) or "no result")
-    if boots != scenario.boots:
-        return VmResult(scenario.name, False, boots, elapsed, f"expected {scenario.boots} boots")
-    return VmResult(scenario.name, True, boots, elapsed)
+        return VmResult(name, False, boots, elapsed, "; ".join(results) or "no result")
+    if boots != expected_boots:
+        return VmResult(name, False, boots, elapsed, f"expected {expected_boots} boots")
+    return VmResult(name, True, boots, elapsed)
 
 
 def main() -> int:

@@ -1,0 +1,54 @@
+#!/bin/sh
+# ostree VM tier, guest side: run by harness-step.service on every boot (copied into the share
+# as /var/mnt/harness/run-step). Reports this boot (its number from harness-boot.service, which
+# records every boot early, and the deployment ostree booted), then sources the scenario's
+# step.sh, which checks and ends with `finish`.
+H=/var/mnt/harness
+n=$(wc -l < /var/lib/harness/boots.log)
+log() { echo "HARNESS boot=$n $*" > /dev/ttyS0; echo "boot=$n $*" >> $H/results.log; sync; }
+finish() { log "RESULT $*"; sync; systemctl poweroff --no-block; exit 0; }
+status_field() {  # status_field SLOT KEY: a field of `bootc status` (real ostree deployments)
+  bootc status --format json | python3 -c 'import json,sys
+e = json.load(sys.stdin)["status"][sys.argv[1]] or {}
+print({"digest": (e.get("image") or {}).get("imageDigest"),
+       "checksum": (e.get("ostree") or {}).get("checksum")}.get(sys.argv[2]) or "")' "$1" "$2"
+}
+booted_digest() { status_field booted digest; }
+agent_field() {  # agent_field KEY: a field of the agent's status.json, empty when absent
+  python3 -c 'import json,sys
+try: print(json.load(open("/var/lib/image-mode-agent/status.json")).get(sys.argv[1]) or "")
+except Exception: print("")' "$1"
+}
+wait_agent() {  # wait_agent STATE [TEXT-IN-currentImage-or-reason] [SECONDS]
+  i=0
+  while [ $i -lt "${3:-240}" ]; do
+    if [ "$(agent_field state)" = "$1" ]; then
+      [ -z "$2" ] && return 0
+      case "$(agent_field currentImage) $(agent_field reason)" in *"$2"*) return 0 ;; esac
+    fi
+    sleep 1; i=$((i + 1))
+  done
+  return 1
+}
+wait_file() {  # wait_file PATH [TENTHS]: poll fast (the window after staging is short)
+  i=0
+  while [ ! -e "$1" ]; do
+    [ $i -ge "${2:-3000}" ] && return 1
+    sleep 0.1; i=$((i + 1))
+  done
+}
+agent_pid() { systemctl show -p MainPID --value image-mode-agent.service; }
+set_desired() {  # set_desired FILE: the next desired state, replaced atomically
+  cp "$H/$1" /etc/image-mode-agent/desired.yaml.tmp
+  chmod 600 /etc/image-mode-agent/desired.yaml.tmp
+  mv /etc/image-mode-agent/desired.yaml.tmp /etc/image-mode-agent/desired.yaml
+}
+checksum=$(status_field booted checksum)
+echo "$n $checksum $(booted_digest)" >> /var/lib/harness/booted.log
+log "up bootid=$(cat /proc/sys/kernel/random/boot_id) deployment=$checksum uptime=$(cut -d' ' -f1 /proc/uptime)"
+if [ "$n" = 1 ]; then
+  # Units seeded on this first boot were not in the initial transaction: load and start them.
+  systemctl daemon-reload
+  systemctl start --no-block multi-user.target
+fi
+. $H/step.sh

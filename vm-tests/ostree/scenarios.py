@@ -1,0 +1,295 @@
+"""The ostree VM tier: `vm-tests/ostree/run.sh [-k NAME]... [--keep]` (root; README.md here).
+
+The agent and its real units on a Debian 12 host whose OS is an ostree deployment, booted by
+SeaBIOS → extlinux → the entry ostree wrote (no `-kernel`: the bootloader picks the deployment),
+with a bootc-compatible CLI on real ostree (guest/bootc). Staging is `ostree admin deploy
+--stage --lock-finalization`, finalization and the /etc 3-way merge happen at shutdown in
+ostree-finalize-staged.service, and a rollback boots the other deployment by its order.
+The images are the system tier's, served by its loopback registry, reached from the guest at
+10.0.2.100:5000 (slirp guestfwd, restrict=on: no other network)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent), str(HERE)]
+
+import run as vm  # noqa: E402  (vm-tests/run.py: the qemu driver and seed helpers)
+from disk import GUEST_REGISTRY, Disk, ensure_disk  # noqa: E402
+
+from tests.system.rootfs import REPO  # noqa: E402
+from tests.system.scenarios import probe_agent  # noqa: E402
+from tests.system.world import AGENT_ENV, DESIRED, KEY_A, World  # noqa: E402
+
+CERT = "/etc/kubernetes/kubelet-ca.crt"  # on the live allowlist, no follow-up action
+CERT_V1 = "-----BEGIN CERTIFICATE-----\nkubelet-ca one\n-----END CERTIFICATE-----\n"
+CERT_V2 = "-----BEGIN CERTIFICATE-----\nkubelet-ca two\n-----END CERTIFICATE-----\n"
+STATE = "/var/lib/ostree-bootc"  # the guest bootc's state dir (pull-delay, pulling)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    proves: str
+    step: str  # the guest's step.sh; placeholders below
+    boots: int
+    next_image: str | None = "v2"  # the desired state the step switches to (None: no agent)
+
+
+COMMON_V1 = """\
+1) wait_agent Done {V1} || finish "fail: not Done on v1: $(agent_field reason)"
+   grep -q "{KEY}" /home/core/.ssh/authorized_keys.d/ignition || finish "fail: SSH key not written"
+   [ "$(cat {CERT})" = "{CERT_V1}" ] || finish "fail: {CERT} not written live"
+   ostree admin config-diff | grep -q "^A *kubernetes" \\
+     || finish "fail: config-diff does not show the live cert: $(ostree admin config-diff)"
+"""
+PLATFORM = """\
+case $n in
+1) [ "$(booted_digest)" = "{V1}" ] || finish "fail: booted $(booted_digest), not v1"
+   bootc switch {MISSING_REF} 2>/tmp/err && finish "fail: a missing image staged"
+   grep -q "manifest unknown" /tmp/err || finish "fail: $(cat /tmp/err)"
+   bootc switch --download-only {V2_REF} || finish "fail: switch --download-only"
+   [ "$(status_field staged digest)" = "{V2}" ] || finish "fail: v2 not staged"
+   [ -e /run/ostree/staged-deployment-locked ] || finish "fail: not locked"
+   bootc status --format json | grep -q '"downloadOnly": true' || finish "fail: not downloadOnly"
+   bootc upgrade --from-downloaded || finish "fail: from-downloaded"
+   [ ! -e /run/ostree/staged-deployment-locked ] || finish "fail: still locked"
+   log staged; systemctl reboot --no-block ;;
+2) [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest), not v2"
+   grep -q VERSION=v2 /usr/lib/testos-release || finish "fail: v2's /usr not booted"
+   [ "$(status_field rollback digest)" = "{V1}" ] || finish "fail: rollback is not v1"
+   journalctl -b -1 | grep -q "Finalizing staged deployment" || finish "fail: not finalized"
+   bootc rollback || finish "fail: rollback"
+   bootc status --format json | grep -q '"rollbackQueued": true' || finish "fail: not queued"
+   log "rollback queued"; systemctl reboot --no-block ;;
+3) [ "$(booted_digest)" = "{V1}" ] || finish "fail: booted $(booted_digest) after rollback"
+   [ "$checksum" = "$(sed -n 1p /var/lib/harness/booted.log | cut -d' ' -f2)" ] \\
+     || finish "fail: not the first boot's deployment"
+   grep -q VERSION=v1 /usr/lib/testos-release || finish "fail: v1's /usr not booted"
+   finish pass ;;
+*) finish "fail: boot $n" ;;
+esac
+"""
+IMAGE_UPDATE = """\
+case $n in
+{COMMON_V1}   set_desired desired-next.yaml
+   sleep 400; finish "fail: no reboot after v2 was desired ($(agent_field reason))" ;;
+2) wait_agent Done {V2} || finish "fail: not Done on v2: $(agent_field reason)"
+   [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest)"
+   grep -q VERSION=v2 /usr/lib/testos-release || finish "fail: v2's /usr not booted"
+   [ "$(status_field rollback digest)" = "{V1}" ] || finish "fail: rollback is not v1"
+   journalctl -b -1 -o cat | grep -q "Copying /etc changes" || finish "fail: no /etc merge"
+   grep -q "{KEY}" /home/core/.ssh/authorized_keys.d/ignition || finish "fail: SSH key lost"
+   [ "$(cat {CERT})" = "{CERT_V2}" ] || finish "fail: live cert after the merge: $(cat {CERT})"
+   # boot-complete ordering: the verifier ran, passed, and finished before the target
+   verified=$(systemctl show -p ExecMainExitTimestampMonotonic --value image-mode-agent-verify)
+   complete=$(systemctl show -p ActiveEnterTimestampMonotonic --value boot-complete.target)
+   [ "$(systemctl show -p Result --value image-mode-agent-verify)" = success ] \\
+     || finish "fail: the verifier did not succeed"
+   [ "$verified" -gt 0 ] && [ "$verified" -le "$complete" ] \\
+     || finish "fail: boot-complete.target ($complete) before the verifier ended ($verified)"
+   log "verifier ended at $verified us, boot-complete.target at $complete us"
+   finish pass ;;
+*) finish "fail: boot $n: more reboots than one" ;;
+esac
+"""
+HEALTH_ROLLBACK = """\
+case $n in
+{COMMON_V1}   set_desired desired-next.yaml
+   sleep 400; finish "fail: no reboot after v3 was desired" ;;
+2) sleep 400; finish "fail: no rollback reboot from v3 ($(agent_field reason))" ;;
+3) wait_agent Degraded 50-testos-health || finish "fail: not Degraded: $(agent_field reason)"
+   [ "$(booted_digest)" = "{V1}" ] || finish "fail: booted $(booted_digest)"
+   first=$(sed -n 1p /var/lib/harness/boots.log | cut -d' ' -f2)
+   now=$(sed -n 3p /var/lib/harness/boots.log | cut -d' ' -f2)
+   [ "$first" = "$now" ] || finish "fail: deployment $now booted, not the first one ($first)"
+   grep -q VERSION=v1 /usr/lib/testos-release || finish "fail: v1's /usr not booted"
+   [ ! -e /etc/image-mode-agent/check/required.d/50-testos-health ] \\
+     || finish "fail: v3's /etc check is still there"
+   journalctl -b -1 -o cat | grep -q "Reached target.*Boot Completion" \\
+     && finish "fail: boot-complete.target was reached on the failing v3 boot"
+   [ "$(cat {CERT})" = "{CERT_V1}" ] || finish "fail: cert not reverted: $(cat {CERT})"
+   sleep 60  # not retried: nothing staged again, still Degraded
+   [ -z "$(status_field staged digest)" ] || finish "fail: restaged $(status_field staged digest)"
+   [ "$(agent_field state)" = Degraded ] || finish "fail: $(agent_field state) after a minute"
+   finish pass ;;
+*) finish "fail: boot $n" ;;
+esac
+"""
+# Freeze the agent while its stage unit pulls, so that the locked deployment is complete and
+# the agent has not yet unlocked it: the state between staging and the reboot, held still.
+FREEZE = """\
+   rm -f {STATE}/pulling; echo 20 > {STATE}/pull-delay
+   set_desired desired-next.yaml
+   wait_file {STATE}/pulling || finish "fail: no pull started"
+   kill -STOP "$(agent_pid)"; rm -f {STATE}/pull-delay; log "agent frozen while staging"
+   wait_file /run/ostree/staged-deployment || finish "fail: nothing staged"
+   while systemctl -q is-active image-mode-agent-stage.service; do sleep 0.5; done
+   [ -e /run/ostree/staged-deployment-locked ] || finish "fail: the staged deployment is unlocked"
+   status_field staged checksum > /var/lib/harness/staged-checksum
+"""
+AGENT_KILLED = """\
+case $n in
+{COMMON_V1}{FREEZE}   systemctl kill -s KILL image-mode-agent.service; log "agent killed"
+   sleep 400; finish "fail: no reboot after the agent restarted ($(agent_field reason))" ;;
+2) wait_agent Done {V2} || finish "fail: not Done on v2: $(agent_field reason)"
+   [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest)"
+   if [ "$checksum" = "$(cat /var/lib/harness/staged-checksum)" ]; then
+     log "the locked deployment survived the kill and was booted"
+   else
+     log "restaged after the kill"
+   fi
+   [ "$(cat {CERT})" = "{CERT_V2}" ] || finish "fail: live cert after the merge: $(cat {CERT})"
+   finish pass ;;
+*) finish "fail: boot $n: more reboots than one" ;;
+esac
+"""
+FOREIGN_REBOOT = """\
+case $n in
+{COMMON_V1}{FREEZE}   log "someone else reboots"; systemctl reboot --no-block
+   sleep 400; finish "fail: the foreign reboot did not happen" ;;
+2) sleep 400; finish "fail: the agent did not restage and reboot ($(agent_field reason))" ;;
+3) wait_agent Done {V2} || finish "fail: not Done on v2: $(agent_field reason)"
+   [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest)"
+   first=$(sed -n 1p /var/lib/harness/boots.log | cut -d' ' -f2)
+   second=$(sed -n 2p /var/lib/harness/boots.log | cut -d' ' -f2)
+   [ "$first" = "$second" ] || finish "fail: the foreign reboot booted $second, not $first"
+   journalctl -b -2 -o cat | grep -q "Not finalizing; found /run/ostree/staged-deployment-locked" \\
+     || finish "fail: ostree did not drop the locked deployment at the foreign reboot"
+   journalctl -b -1 -u image-mode-agent -o cat | grep -q "staged .*{V2}" \\
+     || finish "fail: the agent did not restage v2 in boot 2"
+   [ "$(cat {CERT})" = "{CERT_V2}" ] || finish "fail: live cert after the merge: $(cat {CERT})"
+   finish pass ;;
+*) finish "fail: boot $n" ;;
+esac
+"""
+SCENARIOS = [
+    Scenario("platform-ostree", "the guest bootc on ostree: refuse a missing image, stage "
+             "locked, unlock, finalize at shutdown, rollback by deployment order", PLATFORM, 3,
+             next_image=None),  # fmt: skip
+    Scenario("image-update-ostree", "v1 -> v2: one reboot, the /etc merge keeps the live key "
+             "and cert, the verifier ends before boot-complete.target", IMAGE_UPDATE, 2),  # fmt: skip
+    Scenario("health-rollback-ostree", "v3's required check fails: the first deployment and "
+             "its /etc boot again, Degraded, not retried", HEALTH_ROLLBACK, 3, "v3"),  # fmt: skip
+    Scenario("agent-killed-ostree", "the agent killed between staging and the reboot: one "
+             "reboot into v2", AGENT_KILLED, 2),  # fmt: skip
+    Scenario("foreign-reboot-ostree", "someone else reboots while the locked deployment waits: "
+             "ostree drops it, the agent restages, one reboot of its own", FOREIGN_REBOOT, 3),  # fmt: skip
+]
+
+
+def cert_file(text: str) -> dict:
+    source = "data:," + urllib.parse.quote(text)
+    return {"path": CERT, "mode": 0o644, "overwrite": True, "contents": {"source": source}}
+
+
+def seed(world: World, share: Path, scenario: Scenario) -> None:
+    """The files the first boot copies into the host (harness-seed.service)."""
+    s = share / "seed"
+    images = {k: vm.guest_image(v) for k, v in world.images.items()}
+    conf = s / "etc/containers/registries.conf.d/50-vm-tier.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f'[[registry]]\nlocation = "{GUEST_REGISTRY}"\ninsecure = true\n')
+    if scenario.next_image:
+        vm.seed_agent_units(s)
+        desired = s / DESIRED.lstrip("/")
+        desired.parent.mkdir(parents=True, exist_ok=True)
+        desired.write_text(vm.desired_doc(images["v1"], (cert_file(CERT_V1),)))
+        os.chmod(desired, 0o600)
+        (s / AGENT_ENV.lstrip("/")).write_text(
+            f'IMAGE_MODE_AGENT_ARGS="--source file:{DESIRED} --host {world.host_mode}"\n'
+        )
+        next_doc = vm.desired_doc(images[scenario.next_image], (cert_file(CERT_V2),))
+        (share / "desired-next.yaml").write_text(next_doc)
+    step = scenario.step.replace("{COMMON_V1}", COMMON_V1).replace("{FREEZE}", FREEZE)
+    for key, value in {
+        "{V1}": images["v1"].digest, "{V2}": images["v2"].digest, "{V3}": images["v3"].digest,
+        "{V2_REF}": images["v2"].pinned, "{MISSING_REF}": images["missing"].pinned,
+        "{KEY}": KEY_A.split()[1], "{CERT}": CERT, "{STATE}": STATE,
+        "{CERT_V1}": CERT_V1.rstrip("\n"), "{CERT_V2}": CERT_V2.rstrip("\n"),
+    }.items():  # fmt: skip
+        step = step.replace(key, value)
+    (share / "step.sh").write_text(step)
+    shutil.copy(HERE / "guest/run-step.sh", share / "run-step")
+
+
+def run_scenario(disk: Disk, world: World, scenario: Scenario, workdir: Path) -> vm.VmResult:
+    start = time.monotonic()
+    share = workdir / "harness"
+    share.mkdir(parents=True)
+    seed(world, share, scenario)
+    overlay = workdir / "overlay.qcow2"
+    vm.subprocess.run(["timeout", "30", "qemu-img", "create", "-q", "-f", "qcow2", "-b",
+                       str(disk.image), "-F", "raw", str(overlay)], check=True)  # fmt: skip
+    assert world.registry
+    cmd = [
+        "qemu-system-x86_64", "-accel", "tcg", "-m", "2048", "-smp", "2", "-nographic",
+        "-nic", f"user,model=virtio-net-pci,restrict=on,"
+                f"guestfwd=tcp:{GUEST_REGISTRY}-cmd:/usr/bin/python3 {vm.HERE / 'relay.py'} "
+                f"{world.registry.host.replace(':', ' ')}",
+        # No -kernel: SeaBIOS boots the disk's MBR, extlinux reads the config ostree wrote.
+        "-drive", f"file={overlay},if=virtio,format=qcow2",
+        "-virtfs", f"local,path={REPO},mount_tag=src,security_model=none,readonly=on,id=src",
+        "-virtfs", f"local,path={share},mount_tag=harness,security_model=none,id=harness",
+    ]  # fmt: skip
+    return vm.drive(cmd, workdir, share, scenario.name, scenario.boots, start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="vm-tests/ostree/run.sh", description=__doc__)
+    parser.add_argument("-k", action="append", help="only scenarios whose name contains this")
+    parser.add_argument("--keep", action="store_true", help="keep overlays, consoles, shares")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    args = parser.parse_args()
+    selected = [s for s in SCENARIOS if not args.k or any(k in s.name for k in args.k)]
+    if args.list:
+        for s in selected:
+            print(f"{s.name:<24} {s.boots} boots  {s.proves}")
+        return 0
+    if os.geteuid() != 0:
+        print("the ostree VM tier needs root")
+        return 1
+    total = time.monotonic()
+    disk = ensure_disk()
+    print(f"ostree disk: {disk.dir} ({'built' if disk.built else 'cached'}, {disk.seconds:.1f}s)")
+    host_mode, blocked = probe_agent()
+    print(f"agent: {blocked}" if blocked else f"agent: runs as a unit with --host {host_mode}")
+    workdir = Path(tempfile.mkdtemp(prefix="ima-ostree-"))
+    world = World(Path("/nonexistent"), workdir, host_mode=host_mode or "local")
+    results = []
+    try:
+        world.start()
+        if world.images["v1"].digest != disk.v1_digest:
+            raise RuntimeError(f"the registry's v1 is {world.images['v1'].digest}, the disk's "
+                               f"{disk.v1_digest}: the disk is stale")  # fmt: skip
+        for scenario in selected:
+            if scenario.next_image and blocked:
+                result = vm.VmResult(scenario.name, False, 0, 0.0, blocked)
+            else:
+                result = run_scenario(disk, world, scenario, workdir / scenario.name)
+            results.append(result)
+            print(f"{'PASS' if result.ok else 'FAIL'} {result.name:<24} boots={result.boots} "
+                  f"{result.seconds:6.1f}s" + (f"  {result.detail}" if result.detail else ""),
+                  flush=True)  # fmt: skip
+    finally:
+        world.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    passed = sum(r.ok for r in results)
+    print(f"{passed}/{len(results)} passed in {time.monotonic() - total:.1f}s"
+          + (f" (kept {workdir})" if args.keep else ""))  # fmt: skip
+    print(f"ostree-vm: {passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -199,6 +199,33 @@ async def test_live_path_shadowing_an_image_file_is_reported(world: World) -> No
     assert any("/usr/etc/kubernetes/kubelet-ca.crt" in e for e in engine.hooks.events)
 
 
+async def test_live_file_survives_an_image_that_ships_it_in_etc(world: World) -> None:
+    """ostree's 3-way merge (the real ostree VM tier): the live version, changed on the host,
+    wins over the new image's /etc default, which stays visible in /usr/etc and is reported."""
+    cert = "/etc/kubernetes/kubelet-ca.crt"
+    await settle(world, "rendered-1", "v1", files=[ign_file(cert, "live ca")])
+    name = world.images["v1"].split("@")[0]
+    world.images["ships-ca"] = world.sim.add_image(
+        f"{name}:ships-ca",
+        {"etc/kubernetes/kubelet-ca.crt": "image ca", "usr/lib/app/healthy": "yes"},
+    )
+    outcome = await settle(world, "rendered-2", "ships-ca", files=[ign_file(cert, "live ca")])
+    assert (outcome.state, world.booted()) == (DONE, world.digest("ships-ca"))
+    assert world.read(cert) == b"live ca"
+    assert (world.sim.root / "usr/etc/kubernetes/kubelet-ca.crt").read_text() == "image ca"
+    engine = world.engine()
+    assert (await engine.reconcile(world.desired("rendered-2", "ships-ca", files=[
+        ign_file(cert, "live ca 2")]))).state == DONE  # fmt: skip
+    assert any("/usr/etc/kubernetes/kubelet-ca.crt" in e for e in engine.hooks.events)
+
+
+async def test_ssh_keys_land_in_var_home_through_the_layout_link(world: World) -> None:
+    await settle(world, "rendered-1", "v1", keys=["k1"])
+    assert (world.sim.root / "home").is_symlink()
+    keys = world.sim.root / "var/home/core/.ssh/authorized_keys.d/ignition"
+    assert keys.read_bytes() == b"k1\n"
+
+
 @pytest.mark.parametrize("allowed", [True, False])
 async def test_soft_reboot_only_where_bootc_allows_and_policy_says(world: World, allowed) -> None:
     name = world.images["v1"].split("@")[0]

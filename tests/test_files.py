@@ -158,3 +158,94 @@ def test_set_password_hash(files: RootedFiles, root: Path) -> None:
         files.set_password_hash("bob", "x")
     with pytest.raises(HostError, match="containing ':'"):
         files.set_password_hash("core", "a:b")
+
+
+# -- ostree's layout links (found booting a real ostree host: vm-tests/ostree) ------------------
+SSH_KEYS = "/home/core/.ssh/authorized_keys.d/ignition"
+
+
+def ostree_layout(root: Path, home: str = "var/home") -> None:
+    """/home -> var/home and /usr/local -> ../var/usrlocal, as ostree lays out a bootc host."""
+    (root / "var/home/core").mkdir(parents=True)
+    (root / "var/usrlocal").mkdir()
+    (root / "usr").mkdir()
+    (root / "home").symlink_to(home)
+    (root / "usr/local").symlink_to("../var/usrlocal")
+
+
+def test_writes_through_ostree_home_link(files: RootedFiles, root: Path) -> None:
+    ostree_layout(root)
+    files.ensure_dir("/home/core/.ssh", mode=0o700, user=ROOT_OWNER, group=ROOT_OWNER)
+    write(files, SSH_KEYS, b"ssh-ed25519 AAAA")
+    assert (
+        root / "var/home/core/.ssh/authorized_keys.d/ignition"
+    ).read_bytes() == b"ssh-ed25519 AAAA"
+    assert files.read(SSH_KEYS) == b"ssh-ed25519 AAAA"
+    assert files.list_dir("/home/core/.ssh/authorized_keys.d") == ["ignition"]
+    files.delete(SSH_KEYS)
+    assert not (root / "var/home/core/.ssh/authorized_keys.d/ignition").exists()
+    assert (root / "home").is_symlink()  # the link itself is never replaced
+
+
+def test_absolute_layout_link_stays_inside_the_host_root(files: RootedFiles, root: Path) -> None:
+    ostree_layout(root, home="/var/home")
+    write(files, SSH_KEYS)
+    assert (root / "var/home/core/.ssh/authorized_keys.d/ignition").exists()
+
+
+def test_dotdot_in_a_layout_link_walks_the_physical_parent(root: Path) -> None:
+    ostree_layout(root)
+    files = RootedFiles(root, lambda path: True)
+    write(files, "/usr/local/bin/tool")
+    assert (root / "var/usrlocal/bin/tool").exists()
+
+
+@pytest.mark.parametrize(
+    ("link", "target"),
+    [
+        ("home", "var/lib"),  # a layout name with another target
+        ("home", "/tmp"),
+        ("home", "../var/home"),
+        ("opt", "var/home"),  # a layout target under another name's place
+    ],
+)
+def test_other_links_at_layout_places_are_refused(root: Path, link: str, target: str) -> None:
+    files = RootedFiles(root, lambda path: True)
+    (root / "var/home/core").mkdir(parents=True)
+    (root / "var/lib").mkdir(parents=True, exist_ok=True)
+    (root / link).symlink_to(target)
+    with pytest.raises(HostError, match=f"/{link} is a symlink or not a directory"):
+        write(files, f"/{link}/core/.ssh/authorized_keys.d/ignition")
+    assert not list((root / "var/home/core").iterdir())
+
+
+def test_layout_link_below_the_top_is_refused(root: Path) -> None:
+    files = RootedFiles(root, lambda path: True)
+    (root / "var/real").mkdir(parents=True)
+    (root / "var/home").symlink_to("real")  # only /home is a layout link, not /var/home
+    with pytest.raises(HostError, match="/var/home is a symlink"):
+        write(files, "/var/home/core/.ssh/authorized_keys.d/ignition")
+
+
+def test_link_in_a_layout_links_target_is_refused(
+    files: RootedFiles, root: Path, tmp_path_factory
+) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    (root / "var").mkdir()
+    (root / "var/home").symlink_to(outside)  # planted where the layout link points
+    (root / "home").symlink_to("var/home")
+    with pytest.raises(HostError, match="/home -> var/home is a symlink"):
+        write(files, SSH_KEYS)
+    assert list(outside.iterdir()) == []
+
+
+def test_layout_link_owned_by_another_user_is_refused(
+    files: RootedFiles, root: Path, monkeypatch
+) -> None:
+    ostree_layout(root)
+    if os.geteuid() == 0:
+        os.lchown(root / "home", 4321, 4321)
+    else:  # the link is ours: make the agent someone else
+        monkeypatch.setattr("agent.host.files.os.geteuid", lambda: os.getuid() + 1)
+    with pytest.raises(HostError, match="/home is a symlink"):
+        write(files, SSH_KEYS)

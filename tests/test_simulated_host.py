@@ -213,3 +213,53 @@ def test_an_unprivileged_user_runs_a_simulated_host_without_owners(
     with pytest.raises(HostError) as err:
         files.write(path, b"x", mode=0o600, user=Owner(name="nobody-here"), group=Owner())
     assert err.value.kind == "owner"
+
+
+# -- the host as ostree lays it out (differences the real ostree VM tier showed) ---------------
+async def boot_image(sim: SimulatedHost, tag: str, files: dict[str, str]) -> None:
+    image = parse_image_ref(sim.add_image(f"{IMAGE}:{tag}", files))
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(image)
+    await bootc.unlock_staged()
+    await reboot(sim)
+
+
+def test_homes_live_in_var_behind_ostree_links(sim: SimulatedHost) -> None:
+    assert (sim.root / "home").is_symlink() and str((sim.root / "home").readlink()) == "var/home"
+    assert (sim.root / "root").is_symlink()
+    assert (sim.root / "var/home/core").is_dir()
+
+
+async def test_image_etc_is_merged_three_ways_at_boot(tmp_path: Path) -> None:
+    v1 = {"etc/kept": "v1\n", "etc/edited": "v1\n", "etc/dropped": "v1\n",
+          "etc/dropped-edited": "v1\n", "usr/lib/v": "1"}  # fmt: skip
+    sim = SimulatedHost.create(tmp_path / "host", f"{IMAGE}:v1", v1)
+    assert (sim.root / "usr/etc/kept").read_text() == "v1\n"  # the image's default lives in /usr
+    (sim.root / "etc/edited").write_text("local\n")
+    (sim.root / "etc/dropped-edited").write_text("local\n")
+    (sim.root / "etc/local-only").write_text("local\n")
+    await boot_image(sim, "v2", {"etc/kept": "v2\n", "etc/edited": "v2\n", "etc/new": "v2\n",
+                                 "usr/lib/v": "2"})  # fmt: skip
+    etc = {p.name: p.read_text() for p in (sim.root / "etc").iterdir() if p.is_file()}
+    assert etc["kept"] == "v2\n"  # unchanged on the host: the new default comes in
+    assert etc["edited"] == "local\n"  # changed on the host: the host's version wins
+    assert etc["new"] == "v2\n"
+    assert "dropped" not in etc  # unchanged and no longer shipped: gone
+    assert etc["dropped-edited"] == "local\n"  # changed on the host: kept
+    assert etc["local-only"] == "local\n"
+    assert (sim.root / "usr/etc/edited").read_text() == "v2\n"
+    assert not (sim.root / "usr/etc/dropped").exists()
+    assert (sim.root / "usr/lib/v").read_text() == "2"
+
+
+async def test_an_etc_write_after_staging_reaches_the_new_deployment(sim: SimulatedHost) -> None:
+    """ostree merges /etc when it finalizes the staged deployment at shutdown, not when it
+    stages it (real ostree VM tier: agent-killed-ostree)."""
+    v2 = add(sim, "v2")
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(v2)
+    (sim.root / "etc/after-staging").write_text("written while v2 waited\n")
+    await bootc.unlock_staged()
+    await reboot(sim)
+    assert digest_of(slots(sim)["booted"]) == v2.digest
+    assert (sim.root / "etc/after-staging").read_text() == "written while v2 waited\n"

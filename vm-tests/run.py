@@ -214,9 +214,15 @@ def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) ->
 
 
 def drive(
-    cmd: list[str], workdir: Path, share: Path, name: str, expected_boots: int, start: float
+    cmd: list[str],
+    workdir: Path,
+    share: Path,
+    name: str,
+    expected_boots: int,
+    start: float,
+    boot_timeout: float = BOOT_TIMEOUT,
 ) -> VmResult:
-    """Run the VM until it powers off (or BOOT_TIMEOUT per expected boot, plus one, passes):
+    """Run the VM until it powers off (or `boot_timeout` per expected boot, plus one, passes):
     the console goes to workdir/console.log, timestamped; boots are counted from it; the
     verdict is the guest's single `RESULT` line in the share's results.log."""
     console = open(workdir / "console.log", "w")  # noqa: SIM115
@@ -236,7 +242,7 @@ def drive(
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        proc.wait(BOOT_TIMEOUT * (expected_boots + 1))
+        proc.wait(boot_timeout * (expected_boots + 1))
         timed_out = False
     except subprocess.TimeoutExpired:
         proc.kill()  # only the qemu this harness started

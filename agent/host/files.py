@@ -2,7 +2,12 @@
 
 Every path component is opened with O_NOFOLLOW relative to its parent's descriptor, so a
 symlink planted anywhere in the path cannot redirect a write; the file itself is written to a
-temporary sibling, fsynced, renamed over the target, and the directory is fsynced."""
+temporary sibling, fsynced, renamed over the target, and the directory is fsynced.
+
+The only symlinks followed are ostree's own layout links, each at its place with its target and
+owned by root (or by the user running the agent, for a simulated host): on an ostree or bootc
+host `/home -> var/home`, `/root -> var/roothome`, `/usr/local -> ../var/usrlocal` and the
+like (OSTREE_LINKS), through which the MCD writes `/home/core/.ssh/...`."""
 
 from __future__ import annotations
 
@@ -20,6 +25,12 @@ from agent.model.ignition import MAX_ID, Owner
 TMP_SUFFIX = ".image-mode-agent.tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NAME_MAX = 255
+# ostree's layout links (ostree's `ostree-prepare-root` and bootc's base images make them):
+# where each is, and what it points to.
+OSTREE_LINKS = {
+    "/home": "var/home", "/root": "var/roothome", "/opt": "var/opt", "/srv": "var/srv",
+    "/mnt": "var/mnt", "/media": "run/media", "/usr/local": "../var/usrlocal",
+}  # fmt: skip
 
 
 def shown(path: str) -> str:
@@ -112,37 +123,75 @@ class RootedFiles:
 
     # -- directory walking ---------------------------------------------------------------
     @staticmethod
-    def _open_dir(fd: int, part: str, path: str, parts: list[str], i: int) -> int:
+    def _refused(path: str, where: str) -> HostError:
+        return HostError(
+            f"refusing {shown(path)}: {shown(where)} is a symlink or not a directory", kind="path"
+        )
+
+    @staticmethod
+    def _layout_link(dirfd: int, name: str, where: str) -> str | None:
+        """The target of `name` (at `where`) when it is one of ostree's layout links; None for
+        any other symlink or file."""
+        expected = OSTREE_LINKS.get(where)
+        if expected is None:
+            return None
         try:
-            return os.open(part, _DIR_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                where = "/" + "/".join(parts[: i + 1])
-                raise HostError(
-                    f"refusing {shown(path)}: {shown(where)} is a symlink or not a directory",
-                    kind="path",
-                ) from None
-            raise
+            link = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            target = os.readlink(name, dir_fd=dirfd)
+        except OSError:
+            return None
+        if not stat.S_ISLNK(link.st_mode) or link.st_uid not in (0, os.geteuid()):
+            return None
+        return target if target in (expected, "/" + expected.lstrip("./")) else None
 
     @contextlib.contextmanager
     def _parent(self, path: str, create: bool, dir_mode: int = 0o755) -> Iterator[tuple[int, str]]:
+        """The open directory holding `path`'s last component, and that component's name."""
         parts = split_path(path)
-        fd = os.open(self.root, _DIR_FLAGS)
+        # The walk's open directories, root first: `..` in a followed link pops one, never the
+        # root itself.
+        stack = [os.open(self.root, _DIR_FLAGS)]
+        # (component, the path so far as shown, whether it may be a layout link)
+        todo = [(part, "/" + "/".join(parts[: i + 1]), True) for i, part in enumerate(parts[:-1])]
         try:
-            for i, part in enumerate(parts[:-1]):
+            while todo:
+                part, where, may_link = todo.pop(0)
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    if len(stack) > 1:
+                        os.close(stack.pop())
+                    continue
                 try:
-                    child = self._open_dir(fd, part, path, parts, i)
+                    child = os.open(part, _DIR_FLAGS, dir_fd=stack[-1])
                 except FileNotFoundError:
                     if not create:
                         raise
                     with contextlib.suppress(FileExistsError):  # made since: opened below
-                        os.mkdir(part, dir_mode, dir_fd=fd)
-                    child = self._open_dir(fd, part, path, parts, i)
-                os.close(fd)
-                fd = child
-            yield fd, parts[-1]
+                        os.mkdir(part, dir_mode, dir_fd=stack[-1])
+                    try:
+                        child = os.open(part, _DIR_FLAGS, dir_fd=stack[-1])
+                    except OSError as exc:
+                        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                            raise self._refused(path, where) from None
+                        raise
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    target = self._layout_link(stack[-1], part, where) if may_link else None
+                    if target is None:
+                        raise self._refused(path, where) from None
+                    if target.startswith("/"):
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                    # A target's own components are never layout links (no chains, no loops).
+                    todo[:0] = [(p, f"{where} -> {target}", False) for p in target.split("/")]
+                    continue
+                stack.append(child)
+            yield stack[-1], parts[-1]
         finally:
-            os.close(fd)
+            for fd in stack:
+                os.close(fd)
 
     def _check_allowed(self, path: str) -> None:
         split_path(path)

@@ -1,7 +1,8 @@
 """A host in a directory: every port backed by files, for the demo, dry runs and tests.
 
 Layout of DIR:
-  root/            the host's filesystem (etc/passwd, /home/core, /etc/kubernetes, ...)
+  root/            the host's filesystem (etc/passwd, /etc/kubernetes, ...), laid out as ostree
+                   does: /home -> var/home, /root -> var/roothome
   host.json        the bootc deployments (booted/staged/rollback), boot ID, pending reboot,
                    injected faults (next boot fails, disk full)
   registry.json    the images this host can pull, by digest, and where each tag points
@@ -106,9 +107,14 @@ class SimulatedHost:
         if (base / "host.json").exists():
             raise HostError(f"{base} already holds a simulated host", kind="input")
         sim = cls(base)
-        for folder, perm in (("etc", 0o755), ("home/core", 0o700), ("var/lib", 0o755)):
+        for folder, perm in (("etc", 0o755), ("var/home/core", 0o700), ("var/lib", 0o755),
+                             ("var/roothome", 0o700)):  # fmt: skip
             (sim.root / folder).mkdir(parents=True, exist_ok=True)
             (sim.root / folder).chmod(perm)
+        # ostree's layout, as on every bootc host: the homes live in /var, shared by all
+        # deployments, behind links in the read-only root (what the real ostree VM tier boots).
+        (sim.root / "home").symlink_to("var/home")
+        (sim.root / "root").symlink_to("var/roothome")
         (sim.root / "etc/passwd").write_text(_PASSWD)
         (sim.root / "etc/group").write_text(_GROUP)
         (sim.root / "etc/shadow").write_text(_SHADOW)
@@ -199,15 +205,42 @@ class SimulatedHost:
 
     # -- booting -------------------------------------------------------------------------
     def _lay_image_files(self, old_digest: str | None, new_digest: str | None) -> None:
+        """Boot the new image's files as ostree deploys them (what the real ostree VM tier
+        showed): its /usr replaces the old one, and its /etc files land in /usr/etc and reach
+        /etc through the 3-way merge: a file the host changed from the old image's default
+        keeps the host's version, an unchanged or absent one takes the new image's, and one
+        the new image no longer ships goes unless the host changed it. (A real rollback boots
+        the old deployment's own /etc instead; for files the host never changed, the same.)"""
         images = self._registry()["images"]
-        for rel in (images.get(old_digest) or {}).get("files", {}):
+        old = (images.get(old_digest) or {}).get("files", {})
+        new = (images.get(new_digest) or {}).get("files", {})
+        for rel, text in old.items():
+            if rel in new:
+                continue
+            if rel.startswith("etc/"):
+                (self.root / "usr" / rel).unlink(missing_ok=True)
+                if self._text(rel) != text:
+                    continue  # changed on the host: the merge keeps it
             (self.root / rel).unlink(missing_ok=True)
-        for rel, text in (images.get(new_digest) or {}).get("files", {}).items():
-            target = self.root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-            if text.startswith("#!"):
-                target.chmod(0o755)
+        for rel, text in new.items():
+            if rel.startswith("etc/"):
+                self._lay(f"usr/{rel}", text)
+                if self._text(rel) not in (None, old.get(rel)):
+                    continue  # changed on the host: the merge keeps the host's version
+            self._lay(rel, text)
+
+    def _text(self, rel: str) -> str | None:
+        try:
+            return (self.root / rel).read_text()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None
+
+    def _lay(self, rel: str, text: str) -> None:
+        target = self.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        if text.startswith("#!"):
+            target.chmod(0o755)
 
     def boot(self) -> bool:
         """Complete a pending reboot, if any; returns whether the host booted."""

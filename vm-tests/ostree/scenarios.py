@@ -34,6 +34,9 @@ CERT = "/etc/kubernetes/kubelet-ca.crt"  # on the live allowlist, no follow-up a
 CERT_V1 = "-----BEGIN CERTIFICATE-----\nkubelet-ca one\n-----END CERTIFICATE-----\n"
 CERT_V2 = "-----BEGIN CERTIFICATE-----\nkubelet-ca two\n-----END CERTIFICATE-----\n"
 STATE = "/var/lib/ostree-bootc"  # the guest bootc's state dir (pull-delay, pulling)
+# Seconds per expected boot (plus one spare): a boot through the bootloader is 25-45 s under
+# TCG, and an agent boot adds its start-up, the verifier, and staging (pull, commit, deploy).
+BOOT_TIMEOUT = 300
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ FREEZE = """\
 """
 AGENT_KILLED = """\
 case $n in
-{COMMON_V1}{FREEZE}   systemctl kill -s KILL image-mode-agent.service; log "agent killed"
+{COMMON_V1}{FREEZE}   echo written-after-staging > /etc/harness-after-staging  # merged at shutdown?
+   systemctl kill -s KILL image-mode-agent.service; log "agent killed"
    sleep 400; finish "fail: no reboot after the agent restarted ($(agent_field reason))" ;;
 2) wait_agent Done {V2} || finish "fail: not Done on v2: $(agent_field reason)"
    [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest)"
@@ -148,6 +152,9 @@ case $n in
    else
      log "restaged after the kill"
    fi
+   # ostree merges /etc when it finalizes, at shutdown: a write after staging still lands.
+   [ "$(cat /etc/harness-after-staging)" = written-after-staging ] \
+     || finish "fail: an /etc write made after staging did not reach the new deployment"
    [ "$(cat {CERT})" = "{CERT_V2}" ] || finish "fail: live cert after the merge: $(cat {CERT})"
    finish pass ;;
 *) finish "fail: boot $n: more reboots than one" ;;
@@ -173,17 +180,43 @@ case $n in
 esac
 """
 SCENARIOS = [
-    Scenario("platform-ostree", "the guest bootc on ostree: refuse a missing image, stage "
-             "locked, unlock, finalize at shutdown, rollback by deployment order", PLATFORM, 3,
-             next_image=None),  # fmt: skip
-    Scenario("image-update-ostree", "v1 -> v2: one reboot, the /etc merge keeps the live key "
-             "and cert, the verifier ends before boot-complete.target", IMAGE_UPDATE, 2),  # fmt: skip
-    Scenario("health-rollback-ostree", "v3's required check fails: the first deployment and "
-             "its /etc boot again, Degraded, not retried", HEALTH_ROLLBACK, 3, "v3"),  # fmt: skip
-    Scenario("agent-killed-ostree", "the agent killed between staging and the reboot: one "
-             "reboot into v2", AGENT_KILLED, 2),  # fmt: skip
-    Scenario("foreign-reboot-ostree", "someone else reboots while the locked deployment waits: "
-             "ostree drops it, the agent restages, one reboot of its own", FOREIGN_REBOOT, 3),  # fmt: skip
+    Scenario(
+        "platform-ostree",
+        "the guest bootc on ostree: refuse a missing image, stage "
+        "locked, unlock, finalize at shutdown, rollback by deployment order",
+        PLATFORM,
+        3,
+        next_image=None,
+    ),
+    Scenario(
+        "image-update-ostree",
+        "v1 -> v2: one reboot, the /etc merge keeps the live key "
+        "and cert, the verifier ends before boot-complete.target",
+        IMAGE_UPDATE,
+        2,
+    ),
+    Scenario(
+        "health-rollback-ostree",
+        "v3's required check fails: the first deployment and "
+        "its /etc boot again, Degraded, not retried",
+        HEALTH_ROLLBACK,
+        3,
+        "v3",
+    ),
+    Scenario(
+        "agent-killed-ostree",
+        "the agent killed between staging and the reboot: one reboot into v2; an /etc write "
+        "made after staging reaches it (merged at shutdown)",
+        AGENT_KILLED,
+        2,
+    ),
+    Scenario(
+        "foreign-reboot-ostree",
+        "someone else reboots while the locked deployment waits: "
+        "ostree drops it, the agent restages, one reboot of its own",
+        FOREIGN_REBOOT,
+        3,
+    ),
 ]
 
 
@@ -241,7 +274,7 @@ def run_scenario(disk: Disk, world: World, scenario: Scenario, workdir: Path) ->
         "-virtfs", f"local,path={REPO},mount_tag=src,security_model=none,readonly=on,id=src",
         "-virtfs", f"local,path={share},mount_tag=harness,security_model=none,id=harness",
     ]  # fmt: skip
-    return vm.drive(cmd, workdir, share, scenario.name, scenario.boots, start)
+    return vm.drive(cmd, workdir, share, scenario.name, scenario.boots, start, BOOT_TIMEOUT)
 
 
 def main() -> int:

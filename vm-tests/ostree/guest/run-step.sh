@@ -43,6 +43,9 @@ set_desired() {  # set_desired FILE: the next desired state, replaced atomically
   chmod 600 /etc/image-mode-agent/desired.yaml.tmp
   mv /etc/image-mode-agent/desired.yaml.tmp /etc/image-mode-agent/desired.yaml
 }
+# The agent's units and ostree's finalization, line by line on the console (console.log).
+journalctl -f -n all -b -o cat -u image-mode-agent.service -u image-mode-agent-verify.service \
+  -u image-mode-agent-stage.service -u ostree-finalize-staged.service | sed -u 's/^/JOURNAL /' > /dev/ttyS0 &
 checksum=$(status_field booted checksum)
 echo "$n $checksum $(booted_digest)" >> /var/lib/harness/booted.log
 log "up bootid=$(cat /proc/sys/kernel/random/boot_id) deployment=$checksum uptime=$(cut -d' ' -f1 /proc/uptime)"

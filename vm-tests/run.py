@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,32 +275,55 @@ def main() -> int:
     total = time.monotonic()
     image = ensure_image()
     print(f"VM image: {image.dir} ({'built' if image.built else 'cached'}, {image.seconds:.1f}s)")
+    return run_tier(
+        "vm",
+        "ima-vm-",
+        [(s.name, s.needs_agent, lambda w, d, s=s: run_vm(image, w, s, d)) for s in selected],
+        keep=args.keep,
+        started=total,
+    )
+
+
+Runner = Callable[[World, Path], VmResult]
+
+
+def run_tier(
+    label: str,
+    prefix: str,
+    scenarios: list[tuple[str, bool, Runner]],
+    *,
+    keep: bool,
+    started: float,
+    check: Callable[[World], None] = lambda world: None,
+) -> int:
+    """Start the registries and images (no nspawn here), run each (name, needs the agent,
+    runner) in its own folder, print a line each, and close with `<label>: N passed, N
+    failed`, the line CI counts. `check` vets the world before any VM starts."""
     host_mode, blocked = probe_agent()
     print(f"agent: {blocked}" if blocked else f"agent: runs as a unit with --host {host_mode}")
-    workdir = Path(tempfile.mkdtemp(prefix="ima-vm-"))
-    # registries and images only: no nspawn here
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
     world = World(Path("/nonexistent"), workdir, host_mode=host_mode or "local")
     results = []
     try:
         world.start()
-        for scenario in selected:
-            if scenario.needs_agent and blocked:
-                result = VmResult(scenario.name, False, 0, 0.0, blocked)
+        check(world)
+        for name, needs_agent, runner in scenarios:
+            if needs_agent and blocked:
+                result = VmResult(name, False, 0, 0.0, blocked)
             else:
-                result = run_vm(image, world, scenario, workdir / scenario.name)
+                result = runner(world, workdir / name)
             results.append(result)
-            print(f"{'PASS' if result.ok else 'FAIL'} {result.name:<20} boots={result.boots} "
+            print(f"{'PASS' if result.ok else 'FAIL'} {result.name:<24} boots={result.boots} "
                   f"{result.seconds:6.1f}s" + (f"  {result.detail}" if result.detail else ""),
                   flush=True)  # fmt: skip
     finally:
         world.stop()
-        if not args.keep:
+        if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     passed = sum(r.ok for r in results)
-    print(f"{passed}/{len(results)} passed in {time.monotonic() - total:.1f}s"
-        + (f" (kept {workdir})" if args.keep else ""))  # fmt: skip
-    # The plain closing line CI reads: "N passed, N failed".
-    print(f"vm: {passed} passed, {len(results) - passed} failed")
+    print(f"{passed}/{len(results)} passed in {time.monotonic() - started:.1f}s"
+        + (f" (kept {workdir})" if keep else ""))  # fmt: skip
+    print(f"{label}: {passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
 
 

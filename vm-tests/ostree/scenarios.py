@@ -14,10 +14,10 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 import urllib.parse
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -27,12 +27,12 @@ import run as vm  # noqa: E402  (vm-tests/run.py: the qemu driver and seed helpe
 from disk import GUEST_REGISTRY, Disk, ensure_disk  # noqa: E402
 
 from tests.system.rootfs import REPO  # noqa: E402
-from tests.system.scenarios import probe_agent  # noqa: E402
 from tests.system.world import AGENT_ENV, DESIRED, KEY_A, World  # noqa: E402
 
 CERT = "/etc/kubernetes/kubelet-ca.crt"  # on the live allowlist, no follow-up action
 CERT_V1 = "-----BEGIN CERTIFICATE-----\nkubelet-ca one\n-----END CERTIFICATE-----\n"
 CERT_V2 = "-----BEGIN CERTIFICATE-----\nkubelet-ca two\n-----END CERTIFICATE-----\n"
+SETTINGS_DIR = "/etc/image-mode-agent/config.d"
 STATE = "/var/lib/ostree-bootc"  # the guest bootc's state dir (pull-delay, pulling)
 # Seconds per expected boot (plus one spare): a boot through the bootloader is 25-45 s under
 # TCG, and an agent boot adds its start-up, the verifier, and staging (pull, commit, deploy).
@@ -46,6 +46,10 @@ class Scenario:
     step: str  # the guest's step.sh; placeholders below
     boots: int
     next_image: str | None = "v2"  # the desired state the step switches to (None: no agent)
+    follow: bool = False  # standalone mode: follow testos:v2, reboots held by a closed window
+    # The step freezes the agent through a whole stage (80-150 s under TCG): the agent's 2 min
+    # watchdog would restart it first (as it should a wedged agent), so the harness lengthens it.
+    freezes: bool = False
 
 
 COMMON_V1 = """\
@@ -128,10 +132,11 @@ case $n in
 *) finish "fail: boot $n" ;;
 esac
 """
-# Freeze the agent while its stage unit pulls, so that the locked deployment is complete and
-# the agent has not yet unlocked it: the state between staging and the reboot, held still.
+# Freeze the agent while its stage unit pulls (a short pull-delay makes the moment visible), so
+# that the locked deployment completes and the agent has not yet unlocked it: the state between
+# staging and the reboot, held still.
 FREEZE = """\
-   rm -f {STATE}/pulling; echo 20 > {STATE}/pull-delay
+   mkdir -p {STATE}; rm -f {STATE}/pulling; echo 5 > {STATE}/pull-delay
    set_desired desired-next.yaml
    wait_file {STATE}/pulling || finish "fail: no pull started"
    kill -STOP "$(agent_pid)"; rm -f {STATE}/pull-delay; log "agent frozen while staging"
@@ -160,23 +165,37 @@ case $n in
 *) finish "fail: boot $n: more reboots than one" ;;
 esac
 """
+# Standalone mode (`--source image:REG/testos:v2`), the periodic strategy's only window days
+# away: the agent pre-stages v2 locked and holds the reboot, which is where a download-only
+# deployment waits on a real host. Someone else reboots.
 FOREIGN_REBOOT = """\
 case $n in
-{COMMON_V1}{FREEZE}   log "someone else reboots"; systemctl reboot --no-block
+1) wait_agent Working "reboot held" || finish "fail: no held pre-stage: $(agent_field reason)"
+   [ "$(booted_digest)" = "{V1}" ] || finish "fail: booted $(booted_digest)"
+   [ "$(status_field staged digest)" = "{V2}" ] || finish "fail: v2 not pre-staged"
+   [ -e /run/ostree/staged-deployment-locked ] || finish "fail: the pre-stage is not locked"
+   grep -q "{KEY}" /home/core/.ssh/authorized_keys.d/ignition || finish "fail: SSH key not written"
+   log "someone else reboots"; systemctl reboot --no-block
    sleep 400; finish "fail: the foreign reboot did not happen" ;;
-2) sleep 400; finish "fail: the agent did not restage and reboot ($(agent_field reason))" ;;
-3) wait_agent Done {V2} || finish "fail: not Done on v2: $(agent_field reason)"
-   [ "$(booted_digest)" = "{V2}" ] || finish "fail: booted $(booted_digest)"
+2) journalctl -b -1 -o cat | grep -q "Not finalizing; found /run/ostree/staged-deployment-locked" \
+     || finish "fail: ostree did not drop the locked deployment at the reboot"
+   [ "$(booted_digest)" = "{V1}" ] || finish "fail: booted $(booted_digest), not v1"
    first=$(sed -n 1p /var/lib/harness/boots.log | cut -d' ' -f2)
-   second=$(sed -n 2p /var/lib/harness/boots.log | cut -d' ' -f2)
-   [ "$first" = "$second" ] || finish "fail: the foreign reboot booted $second, not $first"
-   journalctl -b -2 -o cat | grep -q "Not finalizing; found /run/ostree/staged-deployment-locked" \\
-     || finish "fail: ostree did not drop the locked deployment at the foreign reboot"
-   journalctl -b -1 -u image-mode-agent -o cat | grep -q "staged .*{V2}" \\
-     || finish "fail: the agent did not restage v2 in boot 2"
-   [ "$(cat {CERT})" = "{CERT_V2}" ] || finish "fail: live cert after the merge: $(cat {CERT})"
+   [ "$first" = "$(sed -n 2p /var/lib/harness/boots.log | cut -d' ' -f2)" ] \
+     || finish "fail: the reboot did not boot the same deployment"
+   # status.json still says what the last boot ended with: wait for this boot's pre-stage.
+   i=0
+   until journalctl -b -u image-mode-agent -o cat | grep -q "reboot held"; do
+     [ $i -ge 300 ] && finish "fail: the agent did not pre-stage v2 again: $(agent_field reason)"
+     sleep 2; i=$((i + 2))
+   done
+   journalctl -b -u image-mode-agent -o cat | grep -q "pre-staged .*{V2}" \
+     || finish "fail: held without pre-staging v2 again in this boot"
+   [ "$(status_field staged digest)" = "{V2}" ] || finish "fail: v2 not pre-staged again"
+   [ -e /run/ostree/staged-deployment-locked ] || finish "fail: the new pre-stage is not locked"
+   wait_agent Working "reboot held" || finish "fail: not held again: $(agent_field reason)"
    finish pass ;;
-*) finish "fail: boot $n" ;;
+*) finish "fail: boot $n: the agent rebooted outside its window" ;;
 esac
 """
 SCENARIOS = [
@@ -209,15 +228,27 @@ SCENARIOS = [
         "made after staging reaches it (merged at shutdown)",
         AGENT_KILLED,
         2,
+        freezes=True,
     ),
     Scenario(
         "foreign-reboot-ostree",
-        "someone else reboots while the locked deployment waits: "
-        "ostree drops it, the agent restages, one reboot of its own",
+        "following a tag, v2 pre-staged locked and held by a closed window; someone else "
+        "reboots: ostree drops it, the same deployment boots, the agent pre-stages v2 again",
         FOREIGN_REBOOT,
-        3,
+        2,
+        follow=True,
     ),
 ]
+
+
+def closed_window() -> str:
+    """Periodic settings whose only window opens three days from now (UTC, the guest's clock)."""
+    start = datetime.now(UTC) + timedelta(days=3)
+    return (
+        '[updates]\nstrategy = "periodic"\n\n[updates.periodic]\ntime_zone = "UTC"\n\n'
+        f'[[updates.periodic.window]]\ndays = ["{start:%a}"]\nstart_time = "{start:%H:%M}"\n'
+        "length_minutes = 60\n"
+    )
 
 
 def cert_file(text: str) -> dict:
@@ -238,9 +269,20 @@ def seed(world: World, share: Path, scenario: Scenario) -> None:
         desired.parent.mkdir(parents=True, exist_ok=True)
         desired.write_text(vm.desired_doc(images["v1"], (cert_file(CERT_V1),)))
         os.chmod(desired, 0o600)
-        (s / AGENT_ENV.lstrip("/")).write_text(
-            f'IMAGE_MODE_AGENT_ARGS="--source file:{DESIRED} --host {world.host_mode}"\n'
-        )
+        args = f"--source file:{DESIRED} --host {world.host_mode}"
+        if scenario.follow:
+            args = (
+                f"--source image:{images['v2'].name}:v2 --host {world.host_mode} --check-interval"
+                f" 5 --settings-dir {SETTINGS_DIR} --config file:{DESIRED}"
+            )
+            settings = s / SETTINGS_DIR.lstrip("/") / "50-ostree-tier.toml"
+            settings.parent.mkdir(parents=True)
+            settings.write_text(closed_window())
+        (s / AGENT_ENV.lstrip("/")).write_text(f'IMAGE_MODE_AGENT_ARGS="{args}"\n')
+        if scenario.freezes:
+            dropin = s / "etc/systemd/system/image-mode-agent.service.d/50-harness-freeze.conf"
+            dropin.parent.mkdir(parents=True)
+            dropin.write_text("[Service]\nWatchdogSec=15min\n")
         next_doc = vm.desired_doc(images[scenario.next_image], (cert_file(CERT_V2),))
         (share / "desired-next.yaml").write_text(next_doc)
     step = scenario.step.replace("{COMMON_V1}", COMMON_V1).replace("{FREEZE}", FREEZE)
@@ -294,34 +336,23 @@ def main() -> int:
     total = time.monotonic()
     disk = ensure_disk()
     print(f"ostree disk: {disk.dir} ({'built' if disk.built else 'cached'}, {disk.seconds:.1f}s)")
-    host_mode, blocked = probe_agent()
-    print(f"agent: {blocked}" if blocked else f"agent: runs as a unit with --host {host_mode}")
-    workdir = Path(tempfile.mkdtemp(prefix="ima-ostree-"))
-    world = World(Path("/nonexistent"), workdir, host_mode=host_mode or "local")
-    results = []
-    try:
-        world.start()
+
+    def same_v1(world: World) -> None:
         if world.images["v1"].digest != disk.v1_digest:
             raise RuntimeError(f"the registry's v1 is {world.images['v1'].digest}, the disk's "
                                f"{disk.v1_digest}: the disk is stale")  # fmt: skip
-        for scenario in selected:
-            if scenario.next_image and blocked:
-                result = vm.VmResult(scenario.name, False, 0, 0.0, blocked)
-            else:
-                result = run_scenario(disk, world, scenario, workdir / scenario.name)
-            results.append(result)
-            print(f"{'PASS' if result.ok else 'FAIL'} {result.name:<24} boots={result.boots} "
-                  f"{result.seconds:6.1f}s" + (f"  {result.detail}" if result.detail else ""),
-                  flush=True)  # fmt: skip
-    finally:
-        world.stop()
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-    passed = sum(r.ok for r in results)
-    print(f"{passed}/{len(results)} passed in {time.monotonic() - total:.1f}s"
-          + (f" (kept {workdir})" if args.keep else ""))  # fmt: skip
-    print(f"ostree-vm: {passed} passed, {len(results) - passed} failed")
-    return 0 if passed == len(results) else 1
+
+    return vm.run_tier(
+        "ostree-vm",
+        "ima-ostree-",
+        [
+            (s.name, s.next_image is not None, lambda w, d, s=s: run_scenario(disk, w, s, d))
+            for s in selected
+        ],
+        keep=args.keep,
+        started=total,
+        check=same_v1,
+    )
 
 
 if __name__ == "__main__":

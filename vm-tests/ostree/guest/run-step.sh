@@ -14,22 +14,7 @@ print({"digest": (e.get("image") or {}).get("imageDigest"),
        "checksum": (e.get("ostree") or {}).get("checksum")}.get(sys.argv[2]) or "")' "$1" "$2"
 }
 booted_digest() { status_field booted digest; }
-agent_field() {  # agent_field KEY: a field of the agent's status.json, empty when absent
-  python3 -c 'import json,sys
-try: print(json.load(open("/var/lib/image-mode-agent/status.json")).get(sys.argv[1]) or "")
-except Exception: print("")' "$1"
-}
-wait_agent() {  # wait_agent STATE [TEXT-IN-currentImage-or-reason] [SECONDS]
-  i=0
-  while [ $i -lt "${3:-240}" ]; do
-    if [ "$(agent_field state)" = "$1" ]; then
-      [ -z "$2" ] && return 0
-      case "$(agent_field currentImage) $(agent_field reason)" in *"$2"*) return 0 ;; esac
-    fi
-    sleep 1; i=$((i + 1))
-  done
-  return 1
-}
+. /usr/lib/ima/src/vm-tests/guest/agent-status.sh  # agent_field, wait_agent
 wait_file() {  # wait_file PATH [TENTHS]: poll fast (the window after staging is short)
   i=0
   while [ ! -e "$1" ]; do

@@ -104,12 +104,12 @@ def guest_image(image: Image) -> Image:
     return Image(f"{GUEST_REGISTRY}/{image.name.split('/', 1)[1]}", image.tag, image.digest)
 
 
-def desired_doc(image: Image, files: tuple[dict, ...] = (), name: str = "") -> str:
+def desired_doc(image: Image, files: tuple[dict, ...] = ()) -> str:
     """A rendered MachineConfig for `image` with core's SSH key and Ignition `files`."""
     return json.dumps({
         "apiVersion": "machineconfiguration.openshift.io/v1",
         "kind": "MachineConfig",
-        "metadata": {"name": name or f"rendered-worker-{image.tag}"},
+        "metadata": {"name": f"rendered-worker-{image.tag}"},
         "spec": {
             "osImageURL": image.pinned,
             "config": {

@@ -25,8 +25,8 @@ from agent.model.ignition import MAX_ID, Owner
 TMP_SUFFIX = ".image-mode-agent.tmp"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NAME_MAX = 255
-# ostree's layout links (ostree's `ostree-prepare-root` and bootc's base images make them):
-# where each is, and what it points to.
+# ostree's layout links, which ostree-based images ship in their read-only root (FCOS, RHCOS,
+# the bootc base images; the ostree VM tier's disk the same): where each is, and its target.
 OSTREE_LINKS = {
     "/home": "var/home", "/root": "var/roothome", "/opt": "var/opt", "/srv": "var/srv",
     "/mnt": "var/mnt", "/media": "run/media", "/usr/local": "../var/usrlocal",

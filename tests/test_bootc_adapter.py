@@ -255,7 +255,10 @@ async def test_a_staged_digest_being_replaced_is_staged_again(
     host.configure(progress_delay=1.0)  # D3 is still pulling when D2 comes, even under load
     newer = asyncio.create_task(first.stage(ref(D3)))
     async with asyncio.timeout(10):
-        while not (await runner.unit_state(first.unit)).running:
+        # Running is not enough under load: wait until bootc itself has started on D3.
+        while (
+            not (await runner.unit_state(first.unit)).running or len(host.verb_calls("switch")) < 2
+        ):
             await asyncio.sleep(0.02)
     await second.stage(ref(D2))
     with pytest.raises(HostError) as err:

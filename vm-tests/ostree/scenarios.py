@@ -140,7 +140,10 @@ case $n in
    systemctl kill -s KILL image-mode-agent.service; systemctl stop image-mode-agent.service
    rm -f {STATE}/pull-delay; log "agent killed while its stage unit pulls"
    wait_file /run/ostree/staged-deployment || finish "fail: nothing staged"
-   while systemctl -q is-active image-mode-agent-stage.service; do sleep 0.5; done
+   # RemainAfterExit: the unit stays active (exited) for the agent to read; wait for the exit.
+   while [ "$(systemctl show -p SubState --value image-mode-agent-stage.service)" = running ]; do
+     sleep 0.5
+   done
    [ -e /run/ostree/staged-deployment-locked ] || finish "fail: the staged deployment is unlocked"
    status_field staged checksum > /var/lib/harness/staged-checksum
    echo written-after-staging > /etc/harness-after-staging  # merged at shutdown?

@@ -1,8 +1,13 @@
 """Shared by every test: the default run leaves out the conformance tier (it needs the kit and
 has its own command, tests/conformance/run.sh, which sets IMAGE_MODE_AGENT_TIER=conformance),
-and no test leaves structlog configured for the next one."""
+no test leaves structlog configured for the next one, and the agent's default port is taken
+for the whole run."""
 
+import contextlib
+import errno
 import os
+import socket
+from collections.abc import Iterator
 
 import pytest
 import structlog
@@ -16,3 +21,23 @@ def _fresh_structlog():
     # printing there after pytest closed it would fail a later test.
     yield
     structlog.reset_defaults()
+
+
+# The agent's default --listen address. Something else may hold it on a developer's machine or
+# in CI (another agent, a conformance run); the suite holds it itself so that every run proves
+# no test depends on it being free or on the bind warning it causes.
+DEFAULT_LISTEN = ("127.0.0.1", 8797)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _default_port_taken() -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        holder = stack.enter_context(socket.socket())
+        try:
+            holder.bind(DEFAULT_LISTEN)
+            holder.listen()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            # Taken already: the condition this fixture sets up holds anyway.
+        yield

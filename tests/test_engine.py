@@ -88,6 +88,25 @@ async def test_bootloader_fallback_is_degraded_without_rollback(world: World) ->
     assert not any(a["detail"] == "rollback" for a in world.sim.actions())
 
 
+async def test_bootloader_fallback_blocks_that_digest_for_that_config(world: World) -> None:
+    """The same desired state offered again, by the same process life or a new one, never
+    stages the image that did not boot: one stage, one reboot, still Degraded."""
+    await settle(world, "rendered-1", "v1")
+    desired = world.desired("rendered-2", "no-boot")
+    first = await world.converge(desired)
+    assert first.state == DEGRADED and "did not boot" in first.reason
+    engine = world.engine()
+    again = [await engine.reconcile(desired) for _ in range(2)]  # the same process life
+    again.append(await world.engine().reconcile(desired))  # the agent restarted
+    assert [o.state for o in again] == [DEGRADED] * 3
+    assert all(o.reason == first.reason for o in again)
+    switches = [a for a in world.sim.actions() if a["detail"].startswith("switch ")]
+    assert len(switches) == 1 and world.digest("no-boot") in switches[0]["detail"]
+    assert world.reboots() == 1
+    assert world.sim.status_document()["status"]["staged"] is None
+    assert world.booted() == world.digest("v1")
+
+
 async def test_missing_image_degrades_without_disruption(world: World) -> None:
     await settle(world, "rendered-1", "v1")
     outcome = await settle(world, "rendered-2", "missing")

@@ -4,7 +4,9 @@ plan; the Ignition 2.2 sample is refused with a clear reason; other kinds are na
 
 from __future__ import annotations
 
+import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -177,11 +179,24 @@ def test_every_mco_fixture_is_covered() -> None:
     assert names == covered
 
 
-def test_fixtures_match_shared_copy() -> None:
-    """The copies in tests/fixtures are verbatim (checked when ../shared is present)."""
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
+
+
+def test_fixtures_are_verbatim_upstream_copies() -> None:
+    """tests/fixtures holds exactly the files recorded in tests/fixtures.sha256 (taken from
+    ../shared/fixtures), byte for byte; and when ../shared is beside the clone, as in CI, the
+    record matches it too. A clone elsewhere checks the record only, and says so."""
+    lines = (FIXTURES.parent / "fixtures.sha256").read_text().splitlines()
+    recorded = {name: digest for digest, name in (line.split("  ", 1) for line in lines)}
+    assert _digests(FIXTURES) == recorded
     shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-    if not shared.is_dir():
-        return  # the copies are what the tests read; the upstream folder is optional
-    for path in shared.rglob("*"):
-        if path.is_file():
-            assert (FIXTURES / path.relative_to(shared)).read_bytes() == path.read_bytes()
+    if shared.is_dir():
+        assert _digests(shared) == recorded, f"{shared} differs from tests/fixtures.sha256"
+    else:
+        warnings.warn(f"{shared} is absent: tests/fixtures was checked against "
+                      "tests/fixtures.sha256 only", stacklevel=1)  # fmt: skip

@@ -6,6 +6,7 @@ the reboot, files under a host root. A whole update: live write, stage, reboot r
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 from agent.core.desired import Desired
@@ -125,8 +126,12 @@ async def test_kubelet_healthz_check(tmp_path: Path) -> None:
         assert not failed.ok and "HTTP 500: not yet" in failed.detail
     finally:
         await runner.cleanup()
-    refused = await kubelet_healthy("http://127.0.0.1:9/healthz", deadline=0, interval=0.05)
-    assert not refused.ok
+    # A port bound but not listening refuses connections, whatever else runs on this machine.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/healthz"
+        refused = await kubelet_healthy(url, deadline=0, interval=0.05)
+    assert not refused.ok and "Cannot connect" in refused.detail, refused.detail
 
 
 def test_pod_mode_cli_writes_under_the_host_root(user_manager: UserManager, tmp_path: Path) -> None:  # noqa: F811
@@ -145,7 +150,7 @@ def test_pod_mode_cli_writes_under_the_host_root(user_manager: UserManager, tmp_
     done = subprocess.run(
         [sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source",
          f"file:{desired}", "--host", "local", "--host-root", str(root), "--bootc", str(STANDIN),
-         "--bus-address", user_manager.address, "--once"],
+         "--bus-address", user_manager.address, "--once", "--listen", ""],
         env={**os.environ, **standin.env}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -15,6 +15,7 @@ from agent.core.policy import (
     LivePolicy,
     policy_from_machine_configuration,
 )
+from agent.core.reconcile import unreconcilable_reasons
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import machine_config_from_object
 from tests.builders import IMAGE_A, IMAGE_B, ign_file, machine_config
@@ -207,39 +208,53 @@ def test_diff_table(old: dict, new: dict, verdict: str, changes: tuple) -> None:
 
 
 # TestIsRenderedConfigReconcilable / TestReconcilableSSH (mco-daemon.md §7.5), and DESIGN §4.
+# Each rule both ways: the last column is why going back (desired -> current) is refused, or
+# None where only the forward change breaks the rule (a link removed, a non-core user dropped).
 REFUSED = [
-    ("ignition 4.0.0", {}, {"version": "4.0.0"}, "ignition version 4.0.0 is not supported"),
-    ("ignition 3.6.0", {}, {"version": "3.6.0"}, "ignition version 3.6.0 is not supported"),
+    ("ignition 4.0.0", {}, {"version": "4.0.0"}, "ignition version 4.0.0 is not supported",
+     None),
+    ("ignition 3.6.0", {}, {"version": "3.6.0"}, "ignition version 3.6.0 is not supported",
+     None),
     ("disks", {}, {"ignition_extra": {"storage": {"disks": [{"device": "/dev/sdb"}]}}},
-     "ignition disks section contains changes"),
+     "ignition disks section contains changes", "ignition disks section contains changes"),
     ("filesystems", {}, {"ignition_extra": {"storage": {"filesystems": [{"path": "/var"}]}}},
+     "ignition filesystems section contains changes",
      "ignition filesystems section contains changes"),
     ("raid", {}, {"ignition_extra": {"storage": {"raid": [{"name": "md0"}]}}},
-     "ignition raid section contains changes"),
+     "ignition raid section contains changes", "ignition raid section contains changes"),
     ("directories", {}, {"ignition_extra": {"storage": {"directories": [{"path": "/etc/d"}]}}},
+     "ignition directories section contains changes",
      "ignition directories section contains changes"),
     ("link added", {}, {"ignition_extra": {"storage": {"links": [{"path": "/etc/l",
-     "target": "/x"}]}}}, "ignition links section contains added links: /etc/l"),
+     "target": "/x"}]}}}, "ignition links section contains added links: /etc/l", None),
     ("group added", {}, {"ignition_extra": {"passwd": {"groups": [{"name": "admins"}]}}},
+     "ignition passwd groups section contains changes",
      "ignition passwd groups section contains changes"),
     ("ignition kargs", {}, {"ignition_extra": {"kernelArguments": {"shouldExist": ["x"]}}},
+     "ignition kernelArguments section contains changes",
      "ignition kernelArguments section contains changes"),
-    ("fips", {}, {"fips": True}, "detected change to FIPS flag"),
+    ("fips on", {}, {"fips": True}, "detected change to FIPS flag",
+     "detected change to FIPS flag"),
+    ("fips off", {"fips": True}, {"fips": False}, "detected change to FIPS flag",
+     "detected change to FIPS flag"),
     ("append", {}, {"files": [{"path": "/etc/a", "append": [{"source": "data:,x"}]}]},
-     "ignition file /etc/a includes append"),
-    ("force file", {}, {"files": [F("/run/machine-config-daemon-force")]}, "MCD force file"),
-    ("relative path", {}, {"files": [F("etc/relative")]}, "not an absolute, normalized path"),
-    ("dotdot path", {}, {"files": [F("/etc/../shadow")]}, "not an absolute, normalized path"),
+     "ignition file /etc/a includes append", None),
+    ("force file", {}, {"files": [F("/run/machine-config-daemon-force")]}, "MCD force file",
+     None),
+    ("relative path", {}, {"files": [F("etc/relative")]}, "not an absolute, normalized path",
+     None),
+    ("dotdot path", {}, {"files": [F("/etc/../shadow")]}, "not an absolute, normalized path",
+     None),
     ("non-core user", {"keys": ["a"]}, {"users": [{"name": "core", "sshAuthorizedKeys": ["a"]},
-     {"name": "bob", "sshAuthorizedKeys": ["b"]}]}, "user 'bob' (only user core"),
+     {"name": "bob", "sshAuthorizedKeys": ["b"]}]}, "user 'bob' (only user core", None),
     ("core homeDir", {"keys": ["a"]}, {"users": [{"name": "core", "sshAuthorizedKeys": ["a"],
-     "homeDir": "/var/home/core"}]}, "user core fields homeDir"),
+     "homeDir": "/var/home/core"}]}, "user core fields homeDir", None),
     ("core zero keys", {"keys": ["a"]}, {"users": [{"name": "core", "sshAuthorizedKeys": []}]},
-     "has no SSH keys and no password hash"),
+     "has no SSH keys and no password hash", None),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("old", "new", "reason"), [r[1:] for r in REFUSED],
+@pytest.mark.parametrize(("old", "new", "reason"), [r[1:4] for r in REFUSED],
                          ids=[r[0] for r in REFUSED])  # fmt: skip
 def test_refused_changes(old: dict, new: dict, reason: str) -> None:
     result = plan(machine_config(**old), machine_config(name="rendered-worker-2", **new))
@@ -250,6 +265,26 @@ def test_refused_changes(old: dict, new: dict, reason: str) -> None:
     assert any(reason in r for r in result.reasons), result.reasons
     # A refused change is refused even when a new image comes with it.
     assert plan(machine_config(**old), machine_config(**new), target=IMAGE_B).verdict == "refused"
+
+
+@pytest.mark.parametrize(("old", "new", "reason", "back"), [r[1:] for r in REFUSED],
+                         ids=[r[0] for r in REFUSED])  # fmt: skip
+def test_refusal_rules_both_ways(old: dict, new: dict, reason: str, back: str | None) -> None:
+    """The rule alone (no image-content verdict mixed in), forward and back."""
+
+    def reasons(current: dict, desired: dict) -> list[str]:
+        return unreconcilable_reasons(
+            machine_config_from_object(machine_config(**current)),
+            machine_config_from_object(machine_config(name="rendered-worker-2", **desired)),
+        )
+
+    assert any(reason in r for r in reasons(old, new))
+    backward = reasons(new, old)
+    if back is None:
+        assert backward == []
+    else:
+        assert any(back in r for r in backward), backward
+    assert reasons(old, old) == []
 
 
 RECONCILABLE = [

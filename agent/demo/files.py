@@ -72,7 +72,7 @@ class Demo:
         notes = []
         for _ in range(6):
             done = self.agent("run", "--source", f"file:{desired}", "--host",
-                              f"simulated:{self.sim_dir}", "--once")  # fmt: skip
+                              f"simulated:{self.sim_dir}", "--once", "--listen", "")  # fmt: skip
             if done.returncode != 3:
                 if done.stderr.strip():
                     notes.append(done.stderr.strip().splitlines()[-1])

@@ -113,9 +113,11 @@ class Cluster:
         self.kube.patch_annotations("Node", self.node, {P + "desiredConfig": name, **extra})
 
     def start_agent_args(self, *extra: str) -> list[str]:
+        # No endpoints unless `extra` asks (a later --listen wins): a demo agent must not take
+        # the port of a real agent on this machine, nor fail to when one holds it.
         return [
             sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source", "kube",
-            "--host", f"simulated:{self.sim.base}",
+            "--host", f"simulated:{self.sim.base}", "--listen", "",
             "--kubeconfig", str(self.base / "sa.kubeconfig"),
             "--node-kubeconfig", str(self.base / "node.kubeconfig"), "--node-name", self.node,
             *extra,

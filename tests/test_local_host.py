@@ -13,9 +13,10 @@ from agent.core.desired import Desired
 from agent.core.policy import Allowlist
 from agent.host.bootc import Bootc
 from agent.host.files import RootedFiles
-from agent.host.health import CheckRunner
+from agent.host.health import CHECK_DIR, CheckRunner
 from agent.host.local import HostHealth
 from agent.host.ports import Host
+from agent.model.checks import CheckResult
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import machine_config_from_object
 from agent.update.engine import DONE, REBOOTING, Engine
@@ -157,3 +158,36 @@ def test_pod_mode_cli_writes_under_the_host_root(user_manager: UserManager, tmp_
     assert (root / SSH).read_text() == "pod\n"
     status = json.loads((root / "var/lib/image-mode-agent/status.json").read_text())
     assert status["state"] == "Done"
+
+
+def _check(root: Path, rel: str, mode: int, text: str = "#!/bin/sh\necho fine\n") -> None:
+    path = root / CHECK_DIR / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+async def test_every_file_in_the_check_folders_is_a_check(tmp_path: Path) -> None:
+    """A check whose `chmod +x` was forgotten fails (a required one fails the boot, a wanted one
+    warns) instead of being skipped, which would leave the boot ungated unnoticed. Dotfiles
+    and folders are not checks."""
+    _check(tmp_path, "required.d/10-ok", 0o755)
+    _check(tmp_path, "required.d/20-forgotten", 0o644)
+    _check(tmp_path, "required.d/.20-forgotten.swp", 0o644)
+    (tmp_path / CHECK_DIR / "required.d/30-folder").mkdir()
+    _check(tmp_path, "wanted.d/40-forgotten", 0o600)
+    report = await CheckRunner(tmp_path, 30).run_checks()
+    assert report.results == (
+        CheckResult("10-ok", True, True, "fine"),
+        CheckResult("20-forgotten", True, False,
+                    "not executable (mode 0644): chmod +x it or remove it"),
+        CheckResult("40-forgotten", False, False,
+                    "not executable (mode 0600): chmod +x it or remove it"),
+    )  # fmt: skip
+    assert not report.ok
+
+
+async def test_a_check_past_its_timeout_is_killed_and_fails(tmp_path: Path) -> None:
+    _check(tmp_path, "required.d/50-slow", 0o755, "#!/bin/sh\nexec sleep 30\n")
+    report = await CheckRunner(tmp_path, 0.2).run_checks()
+    assert report.results == (CheckResult("50-slow", True, False, "timed out after 0.2s"),)

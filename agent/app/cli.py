@@ -34,6 +34,8 @@ tag to it), and point `image-mode-agent run --host simulated:DIR` at it:
   image-mode-agent sim add-image DIR quay.example/os/node:v3 --boot-fails
   image-mode-agent sim disk-full DIR        (stages fail for lack of space; --off ends it)
   image-mode-agent sim registry-down DIR    (checks of a tag and pulls fail; --off ends it)
+  image-mode-agent sim reboot-fails DIR     (reboot requests are refused; --off ends it)
+  image-mode-agent sim rollback-fails DIR   (`bootc rollback` fails; --off ends it)
   image-mode-agent sim status DIR
 """
 
@@ -225,6 +227,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         SimulatedHost(base).set_disk_full(not args.off)
     elif args.sim_command == "registry-down":
         SimulatedHost(base).set_registry_down(not args.off)
+    elif args.sim_command == "reboot-fails":
+        SimulatedHost(base).set_reboot_fails(not args.off)
+    elif args.sim_command == "rollback-fails":
+        SimulatedHost(base).set_rollback_fails(not args.off)
     else:
         print(json.dumps(SimulatedHost(base).status_document(), indent=2))
     return 0
@@ -414,6 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
     down = sim_sub.add_parser("registry-down", help="the registry answers nothing (until --off)")
     down.add_argument("dir")
     down.add_argument("--off", action="store_true", help="the registry answers again")
+    refuse = sim_sub.add_parser("reboot-fails", help="reboot requests are refused (until --off)")
+    refuse.add_argument("dir")
+    refuse.add_argument("--off", action="store_true", help="reboot requests succeed again")
+    stuck = sim_sub.add_parser("rollback-fails", help="`bootc rollback` fails (until --off)")
+    stuck.add_argument("dir")
+    stuck.add_argument("--off", action="store_true", help="`bootc rollback` works again")
     show = sim_sub.add_parser("status", help="print the host as `bootc status` would")
     show.add_argument("dir")
     sim.set_defaults(func=cmd_sim)

@@ -44,7 +44,7 @@ from agent.core.desired import Desired
 from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
 from agent.errors import HostError, InputError, describe_fault, fault_frames, parsing
 from agent.host.ports import Host, Progress
-from agent.model.imageref import parse_image_ref
+from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
 from agent.update.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
@@ -398,6 +398,17 @@ class ClusterAgent:
                 raise InputError(exc.message, source=where[0], field=where[1]) from None
         return Desired(config, document, target)
 
+    async def _still_on(self, target: ImageRef | None) -> bool:
+        """Whether the host may still run `target`: when bootc cannot
+        say, assume it does, so a failed image never gets workloads back by accident."""
+        if target is None:
+            return False
+        try:
+            return (await self.host.bootc.status()).booted_digest == target.digest
+        except HostError as exc:
+            self.log.warning("bootc status failed; the node stays cordoned", error=str(exc))
+            return True
+
     async def _report(self, node: A.NodeView, desired: Desired, outcome: Outcome) -> None:
         name = desired.config.name
         match outcome.state:
@@ -435,8 +446,14 @@ class ClusterAgent:
                 await self._set_state(UNRECONCILABLE, outcome.reason)
             case "Degraded":
                 fresh = A.NodeView.of(self.node.obj or {})
-                if self.drainer.drained(fresh) and not outcome.retryable:
-                    # Rolled back or fell back: the node runs its last good config again.
+                # Rolled back or fell back: the node runs its last good config again. Not when
+                # the rollback failed: it still runs the image whose checks failed, so it stays
+                # cordoned until it is rolled back by hand (the reason says so).
+                if (
+                    self.drainer.drained(fresh)
+                    and not outcome.retryable
+                    and not await self._still_on(desired.target)
+                ):
                     await self.drainer.uncordon(fresh.get(A.CURRENT_CONFIG) or name)
                 await self.events.emit("FailedToReconcile", outcome.reason, warning=True)
                 await self._set_state(DEGRADED, outcome.reason, **{A.POST_CONFIG_ACTION: None})

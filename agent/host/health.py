@@ -1,5 +1,12 @@
-"""Admin health checks: executables in `etc/image-mode-agent/check/{required,wanted}.d` under
-the host root (greenboot's layout). Every required check must pass; a wanted one only warns."""
+"""Admin health checks: the files in `etc/image-mode-agent/check/{required,wanted}.d` under the
+host root (greenboot's layout), run in name order. Every required check must pass; a wanted one
+only warns.
+
+Every regular file there whose name does not start with "." is a check, executable or not: a
+file that is not executable fails (`not executable (mode 0644): chmod +x it or remove it`) rather
+than being skipped, so that a required check whose `chmod +x` was forgotten fails the boot
+instead of leaving the admin believing the boot is gated by it. Dotfiles (such as an editor's
+`.name.swp`) and subdirectories are not checks."""
 
 from __future__ import annotations
 
@@ -19,13 +26,20 @@ class CheckRunner:
         self.root = Path(root)
         self.timeout = timeout
 
-    def _executables(self, kind: str) -> list[Path]:
+    def _checks(self, kind: str) -> list[Path]:
         folder = self.root / CHECK_DIR / f"{kind}.d"
         if not folder.is_dir():
             return []
-        return sorted(p for p in folder.iterdir() if p.is_file() and os.access(p, os.X_OK))
+        return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
     async def _run(self, path: Path, required: bool) -> CheckResult:
+        if not os.access(path, os.X_OK):
+            try:
+                mode = path.stat().st_mode & 0o7777
+            except OSError as exc:  # removed since the folder was listed
+                return CheckResult(path.name, required, False, f"cannot run: {exc.strerror}")
+            detail = f"not executable (mode {mode:04o}): chmod +x it or remove it"
+            return CheckResult(path.name, required, False, detail)
         env = {**os.environ, "IMAGE_MODE_AGENT_ROOT": str(self.root)}
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -51,8 +65,8 @@ class CheckRunner:
         return CheckResult(path.name, required, False, f"exit {proc.returncode}: {detail}".strip())
 
     async def run_checks(self) -> CheckReport:
-        results = [await self._run(p, True) for p in self._executables("required")]
-        results += [await self._run(p, False) for p in self._executables("wanted")]
+        results = [await self._run(p, True) for p in self._checks("required")]
+        results += [await self._run(p, False) for p in self._checks("wanted")]
         return CheckReport(tuple(results))
 
 

@@ -4,7 +4,7 @@ Layout of DIR:
   root/            the host's filesystem (etc/passwd, /etc/kubernetes, ...), laid out as ostree
                    does: /home -> var/home, /root -> var/roothome
   host.json        the bootc deployments (booted/staged/rollback), boot ID, pending reboot,
-                   injected faults (next boot fails, disk full)
+                   injected faults (next boot fails, disk full, reboot or rollback refused)
   registry.json    the images this host can pull, by digest, and where each tag points
   layers.json      the image layers fetched so far, by digest (ostree's layer cache)
   actions.log      one JSON line per unit action, command, layer pulled and reboot, in order
@@ -38,6 +38,7 @@ from typing import Any
 
 from agent.core.trust import StageTrust
 from agent.errors import HostError, InputError
+from agent.host import bootc_errors
 from agent.host.durable import read_json, write_json
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
@@ -180,6 +181,21 @@ class SimulatedHost:
         fetch; an image whose layers are all cached stages as usual."""
         state = self._state()
         state["disk_full"] = full
+        write_json(self._state_path, state)
+
+    def set_reboot_fails(self, fails: bool = True) -> None:
+        """While set, a reboot request fails as logind refuses one that polkit does not allow
+        (kind `systemd`), and the host keeps running: no reboot is pending, and the request is
+        logged as `reboot-refused` (never as a `reboot`)."""
+        state = self._state()
+        state["reboot_fails"] = fails
+        write_json(self._state_path, state)
+
+    def set_rollback_fails(self, fails: bool = True) -> None:
+        """While set, `bootc rollback` fails (kind `other`, as bootc_errors classifies bootc's
+        words) and nothing is queued."""
+        state = self._state()
+        state["rollback_fails"] = fails
         write_json(self._state_path, state)
 
     def set_registry_down(self, down: bool = True) -> None:
@@ -522,6 +538,12 @@ class SimulatedBootc:
 
     async def rollback(self) -> None:
         state = self.sim._state()
+        if state.get("rollback_fails"):
+            raise bootc_errors.failure(
+                "bootc rollback",
+                "error: Rollback: Writing bootloader entries: Read-only file system (os error 30)",
+                1,
+            )
         if not state.get("rollback"):
             raise HostError("error: No rollback available", kind="rollback")
         state["staged"] = None
@@ -545,6 +567,14 @@ class SimulatedSystem:
 
     async def reboot(self, *, soft: bool = False) -> None:
         state = self.sim._state()
+        if state.get("reboot_fails"):
+            self.sim.log_action("reboot-refused", "soft-reboot" if soft else "reboot")
+            # What host/systemd.py raises for a D-Bus error reply (a DBusCallError).
+            raise HostError(
+                "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired: Interactive "
+                "authentication required.",
+                kind="systemd",
+            )
         state["reboot_pending"] = "soft" if soft else "hard"
         write_json(self.sim._state_path, state)
         self.sim.log_action("reboot", "soft-reboot" if soft else "reboot")

@@ -33,11 +33,14 @@ from agent.update import configstore
 from agent.update.configstore import ConfigStore
 from agent.update.journal import Journal, Phase, Record
 from tests.fixtures_paths import CONTROLLER_CONFIG
+from tests.scenarios.fake import LoggedAgent, start_logged
 from tests.simhost import World
 
 STATE = "var/lib/image-mode-agent"
 SSH = "home/core/.ssh/authorized_keys.d/ignition"
 BANANA = {"ignition": {"version": "banana"}}
+# What the agent logs on every pass that stops at input it cannot use (agent/cluster/agent.py).
+UNUSABLE = "input not usable"
 
 
 @pytest.fixture
@@ -56,18 +59,27 @@ def degraded(*parts: str) -> Callable[[dict[str, str]], bool]:
     return check
 
 
-async def stays_put(cluster: Cluster, seconds: float = 2.0) -> None:
+async def stays_put(cluster: Cluster, agent: LoggedAgent, failure: str | None) -> None:
     """The agent is still running and writes its Node no more: it waits for a change, it
-    does not retry in a loop."""
+    does not retry in a loop. The evidence first: its Degraded report came back on its Node
+    watch and brought one more pass, which logged `failure` again (it may have already)."""
     writes = cluster.node_writes()
-    await asyncio.sleep(seconds)
-    assert cluster.procs[-1].returncode is None, "the agent exited"
+    if failure is None:
+        # A failure the agent does not log leaves no pass to wait for: a window instead, for
+        # the pass its report brings (at once) and the first retry (2 s after the report).
+        await asyncio.sleep(3.0)
+    else:
+        await agent.wait_logged(failure, count=2)
+        # That pass logs before it would write, and a write would bring the next pass at
+        # once: half a second shows a loop.
+        await asyncio.sleep(0.5)
+    assert agent.proc.returncode is None, "the agent exited"
     assert cluster.node_writes() == writes, "the agent keeps writing its Node"
 
 
 # -- cluster mode: the real agent process --------------------------------------------------------
 async def test_unusable_desired_config_degrades_then_heals(cluster: Cluster) -> None:
-    await cluster.start_agent()
+    agent = await start_logged(cluster)
     await cluster.wait_done("rendered-worker-1")
     cluster.add_config("rendered-worker-2", "v1", kernel_type="bogus")
     cluster.set_desired("rendered-worker-2")
@@ -75,7 +87,7 @@ async def test_unusable_desired_config_degrades_then_heals(cluster: Cluster) -> 
     assert annotations[P + "reason"].startswith(
         "cannot use machineconfig rendered-worker-2: spec.kernelType: "
     )
-    await stays_put(cluster)
+    await stays_put(cluster, agent, UNUSABLE)
     cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])
     await cluster.wait_done("rendered-worker-2")
     assert (cluster.sim.root / SSH).read_text() == "ssh-ed25519 AAAA-two\n"
@@ -83,7 +95,7 @@ async def test_unusable_desired_config_degrades_then_heals(cluster: Cluster) -> 
 
 
 async def test_unusable_desired_image_names_the_node_annotation(cluster: Cluster) -> None:
-    await cluster.start_agent()
+    agent = await start_logged(cluster)
     await cluster.wait_done("rendered-worker-1")
     cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])
     cluster.set_desired("rendered-worker-2", **{P + "desiredImage": "not an image"})
@@ -91,7 +103,7 @@ async def test_unusable_desired_image_names_the_node_annotation(cluster: Cluster
     assert annotations[P + "reason"].startswith(
         f"cannot use node worker-0: metadata.annotations[{P}desiredImage]: "
     )
-    await stays_put(cluster)
+    await stays_put(cluster, agent, UNUSABLE)
     cluster.set_desired("rendered-worker-2", **{P + "desiredImage": cluster.images["v1"]})
     await cluster.wait_done("rendered-worker-2")
 
@@ -103,7 +115,7 @@ async def test_unusable_controller_config_degrades_without_flapping_then_heals(
     good = cc["spec"]["kubeAPIServerServingCAData"]
     cc["spec"]["kubeAPIServerServingCAData"] = "%%% not base64 %%%"
     cluster.kube.put(cc)
-    await cluster.start_agent()
+    agent = await start_logged(cluster)
     annotations = await cluster.wait_annotations(degraded("controllerconfig"))
     assert annotations[P + "reason"] == (
         "cannot use controllerconfig machine-config-controller: "
@@ -111,7 +123,7 @@ async def test_unusable_controller_config_degrades_without_flapping_then_heals(
     )
     # Before, the pass went on after the report and said Working, then Done, then Degraded
     # again, on every pass: now it stops at the input it cannot use.
-    await stays_put(cluster)
+    await stays_put(cluster, agent, UNUSABLE)
     assert not (cluster.sim.root / "etc/kubernetes/kubelet-ca.crt").exists()
     cc["spec"]["kubeAPIServerServingCAData"] = good
     cluster.kube.put(cc)
@@ -141,13 +153,13 @@ async def test_an_update_in_flight_finishes_before_a_broken_controller_config_is
     cc = yaml.safe_load(CONTROLLER_CONFIG.read_text())
     cc["spec"]["kubeAPIServerServingCAData"] = "%%% not base64 %%%"
     cluster.kube.put(cc)
-    await cluster.start_agent()
+    agent = await start_logged(cluster)
     annotations = await cluster.wait_annotations(degraded("controllerconfig"))
     assert annotations[P + "currentConfig"] == "rendered-worker-2"
     assert annotations[P + "desiredDrain"] == "uncordon-rendered-worker-2"
     assert annotations[P + "lastAppliedDrain"] == "uncordon-rendered-worker-2"
     assert cluster.reboots() == 1
-    await stays_put(cluster)
+    await stays_put(cluster, agent, UNUSABLE)
 
 
 def _machine_configuration(files: Any) -> dict[str, Any]:
@@ -162,14 +174,14 @@ def _machine_configuration(files: Any) -> dict[str, Any]:
 async def test_unusable_machine_configuration_degrades_then_heals(cluster: Cluster) -> None:
     reload = {"type": "Reload", "reload": {"serviceName": "crio.service"}}
     cluster.kube.put(_machine_configuration([{"path": "etc/relative", "actions": [reload]}]))
-    await cluster.start_agent()
+    agent = await start_logged(cluster)
     annotations = await cluster.wait_annotations(degraded("machineconfiguration"))
     assert annotations[P + "reason"] == (
         "cannot use machineconfiguration cluster: "
         "status.nodeDisruptionPolicyStatus.clusterPolicies.files[0].path: "
         "expected an absolute path"
     )
-    await stays_put(cluster)
+    await stays_put(cluster, agent, UNUSABLE)
     assert not (cluster.sim.root / SSH).exists()  # nothing planned with a policy not asked for
     policy = [{"path": "/etc/containers/policy.json", "actions": [reload]}]
     cluster.kube.put(_machine_configuration(policy))
@@ -184,12 +196,13 @@ async def test_corrupt_recorded_config_degrades_names_the_file_then_heals(
     recorded.parent.mkdir(parents=True, exist_ok=True)
     corrupt = json.dumps(machine_config("rendered-worker-1") | {"spec": {"config": BANANA}})
     recorded.write_text(corrupt)
-    await cluster.start_agent()
+    agent = await start_logged(cluster)
     annotations = await cluster.wait_annotations(degraded("current-config"))
     reason = annotations[P + "reason"]
     assert reason.startswith(f"host error (journal): recorded config {recorded} is unreadable: ")
     assert "spec.config.ignition.version" in reason
-    await stays_put(cluster, 3.0)  # retried with backoff (2, 5, ... s), no Working between
+    # Retried with backoff, and no Working between: the host error is not logged.
+    await stays_put(cluster, agent, None)
     assert recorded.read_text() == corrupt  # kept as it was: never deleted or replaced
     recorded.unlink()  # the operator moves it away: planned from none, as a first start
     await cluster.wait_done("rendered-worker-1", timeout=30)  # retried with backoff
@@ -203,13 +216,12 @@ async def test_unusable_first_boot_annotations_degrade_then_heal(tmp_path: Path)
         seed = c.sim.root / "etc/machine-config-daemon/node-annotations.json"
         seed.parent.mkdir(parents=True)
         seed.write_text("[]")
-        await c.start_agent()
+        agent = await start_logged(c)
         annotations = await c.wait_annotations(degraded("node-annotations.json"))
         assert annotations[P + "reason"] == (
             "cannot use /etc/machine-config-daemon/node-annotations.json: expected a JSON object"
         )
-        await asyncio.sleep(1.0)
-        assert c.procs[-1].returncode is None
+        await stays_put(c, agent, UNUSABLE)
         seed.write_text(json.dumps({P + "currentConfig": "rendered-worker-1",
                                     P + "desiredConfig": "rendered-worker-1",
                                     P + "state": "Done"}))  # fmt: skip
@@ -237,13 +249,13 @@ async def test_unusable_pool_or_pool_target_is_not_prestaged_until_fixed(
     node["metadata"]["labels"] = {"node-role.kubernetes.io/worker": ""}
     cluster.kube.put(node)
     cluster.add_config("rendered-worker-2", "v2", version="banana")
-    await cluster.start_agent("--prestage-jitter", "0")
+    agent = await start_logged(cluster, "--prestage-jitter", "0")
     await cluster.wait_done("rendered-worker-1")
-    await asyncio.sleep(1.0)
+    await agent.wait_logged("pre-stage check failed", "AttributeError")  # read the pool
     cluster.kube.put(_pool({"name": "rendered-worker-2"}))  # a pool, its target unusable
-    await asyncio.sleep(1.5)
+    await agent.wait_logged("pool target not usable", "rendered-worker-2", "banana")
     assert cluster.sim.status_document()["status"]["staged"] is None
-    assert cluster.procs[-1].returncode is None
+    assert agent.proc.returncode is None
     cluster.add_config("rendered-worker-2", "v2")
     digest = cluster.images["v2"].split("@")[1]
     async with asyncio.timeout(20):
@@ -311,8 +323,7 @@ def test_file_mode_unusable_desired_degrades_then_heals(tmp_path: Path, sim) -> 
         status = wait_status(sim_dir, proc, lambda s: s["state"] == "Degraded")
         assert status["reason"].startswith(f"cannot use the desired state: {desired}: ")
         assert "spec.kernelType" in status["reason"]
-        time.sleep(1.0)
-        assert proc.poll() is None
+        # Still running and watching: it heals on the fix (wait_status fails if it exits).
         desired.write_text(good_config(image))
         status = wait_status(sim_dir, proc, lambda s: s["state"] == "Done")
         assert status["currentConfig"] == "r1"
@@ -339,10 +350,9 @@ def test_file_mode_corrupt_recorded_config_degrades_keeps_it_then_heals(
             f"host error (journal): recorded config {recorded} is unreadable: "
             "spec.config.ignition.version: "
         )
-        time.sleep(1.0)
-        assert proc.poll() is None
         assert b"banana" in recorded.read_bytes()  # kept: never deleted or replaced
-        recorded.write_bytes(good)  # fixed: the next try (backoff) goes on
+        # Still running: its next try (backoff) heals (wait_status fails if it exits).
+        recorded.write_bytes(good)
         status = wait_status(sim_dir, proc, lambda s: s["state"] == "Done")
         assert status["currentConfig"] == "r1"
     finally:

@@ -25,6 +25,7 @@ from agent.host.ports import Progress
 from agent.host.systemd import ProcessUnitRunner
 from agent.model.bootc_status import parse_bootc_status
 from agent.model.imageref import ImageRef, parse_image_ref
+from tests.scenarios.harness import until
 
 STANDIN = Path(__file__).parent / "standin" / "bootc"
 NAME = "quay.io/example/os"
@@ -68,6 +69,11 @@ class StandinHost:
 
     def verb_calls(self, verb: str) -> list[list[str]]:
         return [argv for argv in self.calls() if argv and argv[0] == verb and "--help" not in argv]
+
+    async def wait_switches(self, count: int = 1) -> None:
+        """Until bootc itself has started its `count`th switch: a stage is under way (its unit
+        running is not enough under load)."""
+        await until(lambda: len(self.verb_calls("switch")) >= count, 20, f"switch #{count}")
 
     def adapter(self, tmp: Path, **kwargs: object) -> Bootc:
         kwargs.setdefault("env", self.env)
@@ -254,12 +260,7 @@ async def test_a_staged_digest_being_replaced_is_staged_again(
     await first.stage(ref(D2))
     host.configure(progress_delay=1.0)  # D3 is still pulling when D2 comes, even under load
     newer = asyncio.create_task(first.stage(ref(D3)))
-    async with asyncio.timeout(10):
-        # Running is not enough under load: wait until bootc itself has started on D3.
-        while (
-            not (await runner.unit_state(first.unit)).running or len(host.verb_calls("switch")) < 2
-        ):
-            await asyncio.sleep(0.02)
+    await host.wait_switches(2)  # bootc itself has started on D3
     await second.stage(ref(D2))
     with pytest.raises(HostError) as err:
         await newer
@@ -370,7 +371,7 @@ async def test_calls_are_serialized_per_adapter(host: StandinHost, tmp_path: Pat
     bootc = host.adapter(tmp_path)
     await bootc.capabilities()
     stage = asyncio.create_task(bootc.stage(ref(D2)))
-    await asyncio.sleep(0.1)
+    await host.wait_switches()
     status = await bootc.status()
     await stage
     assert status.staged_digest == D2  # status waited for the stage to finish
@@ -385,7 +386,7 @@ async def test_cancel_stage(host: StandinHost, tmp_path: Path) -> None:
     bootc = host.adapter(tmp_path)
     await bootc.capabilities()
     stage = asyncio.create_task(bootc.stage(ref(D2)))
-    await asyncio.sleep(0.3)
+    await host.wait_switches()
     await bootc.cancel_stage()
     with pytest.raises(HostError) as err:
         await stage
@@ -398,13 +399,13 @@ async def test_second_adapter_adopts_a_running_stage(host: StandinHost, tmp_path
     """Two adapters over one runner stand for an agent before and after a restart: the first
     dies mid-stage (its task is cancelled, the unit runs on), the second waits for the unit
     instead of starting bootc twice."""
-    host.configure(progress_delay=0.05)
+    host.configure(progress_delay=0.1)  # ten events: the unit runs on for about a second
     runner = ProcessUnitRunner()
     first, second = host.adapter(tmp_path, runner=runner), host.adapter(tmp_path, runner=runner)
     await first.capabilities()
     await second.capabilities()
     dying = asyncio.create_task(first.stage(ref(D2)))
-    await asyncio.sleep(0.15)
+    await host.wait_switches()
     dying.cancel()
     with pytest.raises(asyncio.CancelledError):
         await dying
@@ -417,7 +418,7 @@ async def test_second_adapter_adopts_a_running_stage(host: StandinHost, tmp_path
 async def test_a_different_target_supersedes_a_running_stage(
     host: StandinHost, tmp_path: Path
 ) -> None:
-    host.configure(progress_delay=0.2)  # D2 is slow; D3 (delay 0 in the registry) is quick
+    host.configure(progress_delay=1.0)  # D2 is slow; D3 (delay 0 in the registry) is quick
     host.bootc("internals", "standin-add-image", f"{NAME}@{D3}", "3.0")
     registry = json.loads((host.state / "registry.json").read_text())
     registry["images"][f"{NAME}@{D3}"]["progress_delay"] = 0
@@ -427,7 +428,7 @@ async def test_a_different_target_supersedes_a_running_stage(
     await first.capabilities()
     await second.capabilities()
     old = asyncio.create_task(first.stage(ref(D2)))
-    await asyncio.sleep(0.3)
+    await host.wait_switches()
     await second.stage(ref(D3))
     with pytest.raises(HostError) as err:
         await old
@@ -552,9 +553,7 @@ async def test_a_running_stage_under_other_trust_is_not_adopted(
     runner = ProcessUnitRunner()
     first = host.adapter(tmp_path, runner=runner)
     unverified = asyncio.create_task(first.stage(ref(D2)))
-    async with asyncio.timeout(10):  # until bootc runs, however loaded the machine is
-        while not host.verb_calls("switch"):
-            await asyncio.sleep(0.01)
+    await host.wait_switches()
     second = host.adapter(tmp_path, runner=runner)
     await second.stage(ref(D2), trust=ENFORCED)
     with pytest.raises(HostError):

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from agent.demo.fakekube import RequestRecord
 from agent.demo.loopback import Cluster, P
 from tests.builders import ign_file
 from tests.fixtures_paths import CONTROLLER_CONFIG
-from tests.scenarios.fake import desired_drain_tracker
+from tests.scenarios.fake import annotation_tracker, start_logged
+from tests.scenarios.harness import until
 
 pytestmark = pytest.mark.asyncio
 
@@ -35,17 +37,20 @@ async def exits(proc: asyncio.subprocess.Process, timeout: float = 30.0) -> int:
 def track(cluster: Cluster) -> list[str]:
     """Every value `desiredDrain` takes from now on, in order."""
     values: list[str] = []
-    cluster.kube.add_hook(desired_drain_tracker(values))
+    cluster.kube.add_hook(annotation_tracker(P + "desiredDrain", values))
     return values
 
 
 async def test_desired_changed_while_api_server_down(cluster: Cluster) -> None:
-    await cluster.start_agent()
+    agent = await start_logged(cluster)
     await cluster.wait_done("rendered-worker-1")
+    await cluster.kube.wait_for_watches(1, "nodes")
     cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"])
+    failed = agent.logged("watch failed", "/api/v1/nodes")
     await cluster.kube.stop()
     cluster.set_desired("rendered-worker-2")  # changes while the server is down
-    await asyncio.sleep(1.0)
+    # Up again only once the agent found it gone: it must list again to see the change.
+    await agent.wait_logged("watch failed", "/api/v1/nodes", count=failed + 1)
     await cluster.kube.start()
     await cluster.wait_done("rendered-worker-2", timeout=40)
     assert cluster.procs[-1].returncode is None  # never exits on API faults
@@ -63,8 +68,29 @@ async def test_watch_ending_with_504_relists(cluster: Cluster) -> None:
     await cluster.wait_done("rendered-worker-3")
 
 
+def drain_requests(cluster: Cluster) -> list[str]:
+    """The value of every patch of the Node that sets `desiredDrain`, as the server received
+    them: a value written again unchanged too (the store and its watchers never see that)."""
+    values = []
+    for r in cluster.kube.requests:
+        if (r.verb, r.resource, r.name, r.subresource) != ("patch", "nodes", cluster.node, None):
+            continue
+        body = r.json()
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        annotations = (meta or {}).get("annotations") or {}
+        if P + "desiredDrain" in annotations:
+            values.append(annotations[P + "desiredDrain"])
+    return values
+
+
+def event_posts(cluster: Cluster, reason: str) -> list[RequestRecord]:
+    """The agent's requests to record an Event with `reason` (a repeated one answers 409)."""
+    return [r for r in cluster.kube.requests
+            if (r.verb, r.resource) == ("create", "events")
+            and (r.json() or {}).get("reason") == reason]  # fmt: skip
+
+
 async def test_killed_during_drain_wait_no_second_drain(cluster: Cluster) -> None:
-    drains = track(cluster)
     proc = await cluster.start_agent()
     await cluster.wait_done("rendered-worker-1")
     cluster.add_config("rendered-worker-2", "v2")
@@ -73,12 +99,18 @@ async def test_killed_during_drain_wait_no_second_drain(cluster: Cluster) -> Non
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
     proc = await cluster.start_agent()
-    await asyncio.sleep(1.5)  # it waits on the standing request, and writes no second one
-    cluster.kube.enable_drain_controller()
+    # The restarted agent records its Drain event again (409: it exists), and as soon as
+    # that is answered, with no request between, decides on the drain request standing.
+    await until(lambda: [r.status for r in event_posts(cluster, "Drain")] == [201, 409],
+                what="the restarted agent's Drain event")  # fmt: skip
+    # Answered after a while, as the real controller does (~5 s): a second request, had the
+    # agent written one, would come first and not find the drain acknowledged already.
+    cluster.kube.enable_drain_controller(delay=0.5)
     assert await exits(proc) == 3
     await cluster.start_agent()
     await cluster.wait_done("rendered-worker-2")
-    assert drains == ["drain-rendered-worker-2", "uncordon-rendered-worker-2"]
+    requests = drain_requests(cluster)  # one each: the restart wrote no second drain request
+    assert requests == ["drain-rendered-worker-2", "uncordon-rendered-worker-2"], requests
     assert cluster.reboots() == 1
 
 
@@ -211,14 +243,18 @@ async def test_node_disruption_policy_extends_the_live_set(cluster: Cluster) -> 
 
 
 async def test_dry_run_writes_nothing(cluster: Cluster) -> None:
-    await cluster.start_agent("--dry-run")
-    await asyncio.sleep(1.0)
+    def planned(image: str) -> tuple[str, str]:
+        return "dry run", f'"target_image": "{cluster.images[image]}"'
+
+    agent = await start_logged(cluster, "--dry-run", level="info")
+    await agent.wait_logged(*planned("v1"))  # its first pass
     cluster.add_config("rendered-worker-2", "v2")
     cluster.set_desired("rendered-worker-2")
-    await asyncio.sleep(1.5)
-    assert cluster.node_writes() == 0
+    # The pass that took the new config in, to its end: planned (a reboot into v2), not done.
+    await agent.wait_logged(*planned("v2"))
+    assert [(r.method, r.path) for r in cluster.kube.requests if r.body is not None] == []
     assert cluster.reboots() == 0
-    assert cluster.procs[-1].returncode is None
+    assert agent.proc.returncode is None
 
 
 async def test_staging_progress_reaches_the_reason(cluster: Cluster) -> None:

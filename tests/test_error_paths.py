@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,12 @@ import pytest
 
 from agent.app.cli import main as cli_main
 from agent.core.policy import Allowlist
-from agent.demo.fakekube.store import Change
 from agent.demo.loopback import IMAGE, Cluster, P
 from agent.host.simulated import SimulatedHost
 from agent.update.engine import DEGRADED, DONE, Engine, Hooks
 from agent.update.journal import Journal, Phase, Record
+from tests.scenarios.fake import annotation_tracker, start_logged
+from tests.scenarios.harness import until
 from tests.simhost import World
 
 CHECKS = "etc/image-mode-agent/check"
@@ -65,30 +65,11 @@ def node_spec(cluster: Cluster) -> dict[str, Any]:
 
 
 def track_states(cluster: Cluster) -> list[str]:
-    """Every value the Node's `state` annotation takes from now on, as the server stores it: a
-    retry that fails the same way must add nothing (no Working, Degraded, Working...)."""
+    """Every value the Node's `state` annotation takes from now on: a retry that fails the
+    same way must add nothing (no Working, Degraded, Working...)."""
     states: list[str] = []
-
-    def hook(change: Change) -> None:
-        if change.rt.plural != "nodes" or change.obj is None:
-            return
-        new = (change.obj["metadata"].get("annotations") or {}).get(P + "state")
-        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(P + "state")
-        if new != old and new:
-            states.append(new)
-
-    cluster.kube.add_hook(hook)
+    cluster.kube.add_hook(annotation_tracker(P + "state", states))
     return states
-
-
-async def until(what: str, condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Wait up to `timeout` for evidence that no watch delivers (a file, a request log)."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"waited {timeout:g}s for {what}") from None
 
 
 async def exits(proc: asyncio.subprocess.Process, timeout: float = 40.0) -> int:
@@ -110,35 +91,17 @@ async def degraded(cluster: Cluster, proc: asyncio.subprocess.Process) -> dict[s
     return node.result()
 
 
-async def start_logging_agent(
-    cluster: Cluster, log: Path, *flags: str
-) -> asyncio.subprocess.Process:
-    """The agent at log level info, its log lines in `log` (the engine's `resuming` line marks
-    each retry pass)."""
-    args = cluster.start_agent_args("--listen", "", *flags)
-    args[args.index("--log-level") + 1] = "info"
-    with log.open("a") as sink:
-        proc = await asyncio.create_subprocess_exec(*args, stderr=sink)
-    cluster.procs.append(proc)
-    return proc
-
-
-def resumed(log: Path, phase: str) -> int:
-    lines = log.read_text().splitlines() if log.exists() else []
-    return sum(1 for line in lines if "resuming" in line and phase in line)
-
-
 # -- drain -----------------------------------------------------------------------------------------
 async def test_a_drain_never_acknowledged_degrades_and_retries_until_it_is(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster,
 ) -> None:
     """No drain controller answers: after --drain-timeout the Node is Degraded with the timeout
     and a FailedToDrain warning Event; nothing rebooted, the journal stays at `staging` (the
     update resumes from there) and the staged image stays locked, so an unplanned reboot would
     discard it rather than boot it undrained. Retries that time out the same way write nothing;
     once the controller answers, the update finishes with one reboot."""
-    log = tmp_path / "agent.log"
-    proc = await start_logging_agent(cluster, log, "--drain-timeout", "2")
+    agent = await start_logged(cluster, "--listen", "", "--drain-timeout", "2", level="info")
+    proc = agent.proc
     await cluster.wait_done("rendered-worker-1")
     states = track_states(cluster)
     cluster.add_config("rendered-worker-2", "v2")
@@ -150,7 +113,7 @@ async def test_a_drain_never_acknowledged_degrades_and_retries_until_it_is(
     assert annotations[P + "desiredDrain"] == "drain-rendered-worker-2"
     assert P + "lastAppliedDrain" not in annotations
     # Posted right after the Degraded state is written.
-    await until("a FailedToDrain Event", lambda: bool(events(cluster, "FailedToDrain")))
+    await until(lambda: events(cluster, "FailedToDrain"), what="a FailedToDrain Event")
     failed = events(cluster, "FailedToDrain")
     assert [(e["type"], e["message"]) for e in failed] == [("Warning", reason)]
     assert (cluster.reboots(), proc.returncode) == (0, None)
@@ -164,9 +127,9 @@ async def test_a_drain_never_acknowledged_degrades_and_retries_until_it_is(
     # A retry pass begins; a change to the Node brings the next one as soon as it ends (not
     # at the backoff's 5 s), so the second one beginning shows the first timed out again, and
     # wrote nothing to the Node.
-    await until("a retry pass", lambda: resumed(log, "staging") >= 1)
+    await agent.wait_logged("resuming", "staging")  # a retry pass
     cluster.kube.patch_annotations("Node", cluster.node, {"example.com/touched": "yes"})
-    await until("a second retry pass", lambda: resumed(log, "staging") >= 2)
+    await agent.wait_logged("resuming", "staging", count=2)  # and the next
     assert states == ["Working", "Degraded"]
     assert node_spec(cluster).get("unschedulable") is None  # nobody drained it
 
@@ -212,7 +175,7 @@ async def test_a_refused_reboot_degrades_and_reboots_once_when_allowed(cluster: 
     assert len(actions(cluster.sim, "boot")) == 1  # the host's first boot only
 
     # The retry (at once: its own writes woke it) is refused too, and writes nothing.
-    await until("a retried reboot", lambda: len(actions(cluster.sim, "reboot-refused")) >= 2)
+    await until(lambda: len(actions(cluster.sim, "reboot-refused")) >= 2, what="a retried reboot")
     assert proc.returncode is None
     assert states == ["Working", "Degraded"]
 
@@ -277,8 +240,8 @@ async def test_a_failed_rollback_degrades_on_the_bad_image_without_a_reboot_loop
     assert await exits(proc) == 0
     proc = await cluster.start_agent("--listen", "")
     await until(
-        "a pass of the restarted agent",
         lambda: cluster.kube.count_requests(verb="create", resource="events") > posted,
+        what="a pass of the restarted agent",
     )
     assert proc.returncode is None
     assert cluster.reboots() == 1

@@ -499,6 +499,28 @@ async def test_request_log_counts(kube: FakeKube) -> None:
         await client.CoreV1Api(api).patch_node("worker-0", {"metadata": {"labels": {"c": "d"}}})
 
 
+async def test_request_log_keeps_the_bodies_of_writes(kube: FakeKube) -> None:
+    """A write that changes nothing leaves the store as it was: only the log shows it."""
+    kube.put(node("worker-0"))
+    kube.clear_requests()
+    same = {"metadata": {"annotations": {DESIRED_DRAIN: "drain-rendered-1"}}}
+    async with ApiClient(kube.client_configuration(kube.node_identity("worker-0"))) as api:
+        v1 = client.CoreV1Api(api)
+        await v1.patch_node("worker-0", same)
+        rv = (await v1.read_node("worker-0")).metadata.resource_version
+        await v1.patch_node("worker-0", same)  # a no-op: same resourceVersion, no event
+        assert (await v1.read_node("worker-0")).metadata.resource_version == rv
+        with pytest.raises(ApiException):  # refused, and logged with its body all the same
+            await v1.patch_node("worker-1", same)
+    patches = [r for r in kube.requests if r.verb == "patch"]
+    assert [(r.name, r.status, r.json()) for r in patches] == [
+        ("worker-0", 200, same), ("worker-0", 200, same), ("worker-1", 403, same),
+    ]  # fmt: skip
+    assert isinstance(patches[0].body, bytes) and json.loads(patches[0].body) == same
+    reads = [r for r in kube.requests if r.verb == "get"]
+    assert len(reads) == 2 and all(r.body is None and r.json() is None for r in reads)
+
+
 async def test_drain_controller(kube: FakeKube) -> None:
     kube.put(node("worker-0"))
     kube.put(pod("web-1", app="web"))
@@ -525,7 +547,8 @@ async def test_drain_controller(kube: FakeKube) -> None:
 
     kube.disable_drain_controller()
     kube.patch_annotations("Node", "worker-0", {DESIRED_DRAIN: "drain-rendered-2"})
-    await asyncio.sleep(0.2)
+    await drain.idle()  # whatever the write scheduled has run (a disabled controller: nothing)
+    assert len(drain.handled) == 2
     assert kube.get("Node", "worker-0")["metadata"]["annotations"][LAST_APPLIED_DRAIN] == (
         "uncordon-rendered-1"
     )

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from agent.cluster.prestage import Act, decide, pool_target
 from agent.demo.loopback import Cluster, P
 from agent.update.engine import DONE
 from agent.update.journal import Journal
+from tests.scenarios.harness import until
 from tests.simhost import Killed, World
 
 WORKER = {"node-role.kubernetes.io/worker": ""}
@@ -149,12 +149,6 @@ async def test_engine_drops_a_prestage_no_longer_wanted(tmp_path: Path) -> None:
 
 
 # -- the agent process -------------------------------------------------------------------------
-async def until(predicate: Callable[[], object], timeout: float = 20.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.05)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -241,6 +235,10 @@ class Pools:
                 for r in self.c.kube.requests
                 if r.verb == "watch" and r.resource == "machineconfigpools"}  # fmt: skip
 
+    def pool_lists(self, status: int | None = None) -> int:
+        return self.c.kube.count_requests(verb="list", resource="machineconfigpools",
+                                          status=status)  # fmt: skip
+
     def pulls(self, image: str) -> int:
         return pulls(self.c.sim, self.c.images[image].split("@")[1])
 
@@ -291,10 +289,13 @@ async def test_a_new_pool_target_replaces_the_prestage(pools: Pools) -> None:
     await pools.wait_metric('image_mode_agent_prestage_state{state="staging"}', 1)
     pools.set_pool("worker", "rendered-worker-3")  # a newer target while the first pulls
     await pools.wait_staged("v2")
-    await asyncio.sleep(2.0)  # the slow pull (4 s) would have landed by now if not replaced
+    # The slow stage was cancelled before v2's began: none of its layers lands any more. A
+    # window longer than one layer of it (4 s / 3): a pull left running would show.
+    fetched = pools.pulls("slow")
+    await asyncio.sleep(2.0)
+    assert pools.pulls("slow") == fetched < 3
     assert pools.staged_digest() == c.images["v2"].split("@")[1]
     assert pools.journal_prestage() == c.images["v2"]
-    assert pools.pulls("slow") < 3
     untouched(c.annotations(), c.kube.get("Node", c.node))
 
 
@@ -353,7 +354,9 @@ async def test_out_of_space_stops_the_prestage_with_a_clear_event(pools: Pools) 
     c.sim.set_disk_full(True)
     pools.set_pool("worker", "rendered-worker-2")
     await pools.wait_metric('image_mode_agent_prestage_state{state="stopped"}', 1)
-    await asyncio.sleep(1.5)  # several retry periods: no retry
+    await until(lambda: pools.events("OSImagePrestageFailed"))  # its report, then nothing
+    # A timer's test: a retry (after 0.3 s, plus up to 1 s of jitter) would have failed again.
+    await asyncio.sleep(1.5)
     assert await pools.metric('image_mode_agent_prestage_failures_total{kind="disk-space"}') == 1
     (event,) = pools.events("OSImagePrestageFailed")
     assert "out of disk space" in event["message"] and event["type"] == "Warning"
@@ -404,6 +407,8 @@ async def test_two_custom_pools_mean_no_prestage_and_a_warning(pools: Pools) -> 
     await until(lambda: pools.events("PrestageSkipped"))
     (event,) = pools.events("PrestageSkipped")
     assert "2 custom pools (a, b)" in event["message"]
+    # The event is sent as the pool is found unusable, before the step ends: a pre-stage
+    # started in spite of it would be staged (v2 pulls at once) within this second.
     await asyncio.sleep(1.0)
     assert pools.staged() is None
     untouched(c.annotations(), c.kube.get("Node", c.node))
@@ -415,7 +420,10 @@ async def test_no_pool_no_prestage(pools: Pools) -> None:
     pools.set_pool("master", "rendered-worker-2", {"node-role.kubernetes.io/master": ""})
     await pools.start()
     await c.wait_done("rendered-worker-1")
-    await asyncio.sleep(1.5)
+    await until(lambda: pools.pool_lists(200), what="the agent's list of the pools")
+    # A pool picked from that answer would be listed and watched right after it, and v2
+    # staged within the half second.
+    await asyncio.sleep(0.5)
     assert pools.staged() is None
     assert pools.watched_pools() == set()
     assert c.procs[-1].returncode is None
@@ -426,7 +434,9 @@ async def test_prestage_off_follows_no_pool(pools: Pools) -> None:
     c.add_config("rendered-worker-2", "v2", keys=KEYS)
     pools.set_pool("worker", "rendered-worker-2")
     await pools.start("--prestage", "off")
-    await c.wait_done("rendered-worker-1")
-    await asyncio.sleep(1.5)
+    # Its first pass is over: a pre-stager (started before it) would have asked for the
+    # pools during it.
+    await pools.wait_metric('image_mode_agent_phase{phase="idle"}', 1)
+    assert pools.pool_lists() == 0
     assert pools.staged() is None
     assert pools.watched_pools() == set()

@@ -26,16 +26,20 @@ async def test_a_grandchild_holding_the_pipes_does_not_hold_the_call() -> None:
     assert result.status == 0 and result.stdout == b"said\n"
 
 
-def test_cancelled_while_a_grandchild_holds_the_pipes() -> None:
+def test_cancelled_while_a_grandchild_holds_the_pipes(tmp_path: Path) -> None:
     """A child in another session keeps the pipes open after the group is killed, and the
     agent's loop ends (SIGTERM) before it does: nothing is reported at exit (no "exception was
     never retrieved", no unclosed transport)."""
     script = textwrap.dedent("""
-        import asyncio
+        import asyncio, os, sys
         from agent.host.units import run_process
         async def main():
-            task = asyncio.create_task(run_process(["sh", "-c", "setsid sleep 3 & sleep 30"], 60))
-            await asyncio.sleep(0.3)
+            up = sys.argv[1]  # the child makes it once the grandchild runs
+            task = asyncio.create_task(run_process(
+                ["sh", "-c", 'setsid sleep 3 & touch "$0"; sleep 30', up], 60))
+            async with asyncio.timeout(20):
+                while not os.path.exists(up):
+                    await asyncio.sleep(0.02)
             task.cancel()
             try:
                 await task
@@ -43,7 +47,8 @@ def test_cancelled_while_a_grandchild_holds_the_pipes() -> None:
                 print("cancelled")
         asyncio.run(main())
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=30, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "up")],
+                          capture_output=True, text=True, timeout=30,
+                          cwd=Path(__file__).resolve().parents[1])  # fmt: skip
     assert done.stdout == "cancelled\n" and done.returncode == 0
     assert done.stderr == ""

@@ -438,7 +438,7 @@ async def test_stage_failure_and_cancel_through_systemd(
         assert err.value.kind == "registry-auth" and "unauthorized" in str(err.value)
         standin.configure(fail={}, progress_delay=0.3)
         staging = asyncio.create_task(bootc.stage(ref(D2)))
-        await asyncio.sleep(0.5)
+        await standin.wait_switches(2)  # the first, refused, is one
         await bootc.cancel_stage()  # StopUnit
         with pytest.raises(HostError) as err:
             await staging

@@ -11,6 +11,7 @@ from agent.cluster.kube import Kube
 from agent.cluster.ready import node_ready_check
 from agent.demo.fakekube import FakeKube
 from tests.builders import machine_config
+from tests.scenarios.harness import until
 from tests.test_cli import agent, host, run_once, write  # noqa: F401
 
 
@@ -62,8 +63,14 @@ async def test_node_ready_check(tmp_path: Path) -> None:
             failed = await node_ready_check(client, "n1", deadline=0.5)
             assert not failed.ok and "Ready=False KubeletNotReady" in failed.detail
 
+            def watches() -> int:
+                return kube.count_requests(verb="watch", resource="nodes", status=200)
+
+            before = watches()
+
             async def becomes_ready() -> None:
-                await asyncio.sleep(0.3)
+                # Once the next check watches: it listed the Node, Ready=False, and waits.
+                await until(lambda: watches() > before, what="the check's watch")
                 kube.patch_status("Node", "n1", {"conditions": [
                     {"type": "Ready", "status": "True", "reason": "KubeletReady"}]})  # fmt: skip
 

@@ -306,6 +306,7 @@ async def test_serving_ca_rotation_rewrites_the_kubeconfigs(kit: Path, tmp_path:
         # MCC's controllers requeue about every 5 s; a re-render would show within one period
         # after its template controller observed the new ControllerConfig.
         await mcc.wait_controller_config_observed()
+        # A render that did not happen has no event to wait on: one period, after the evidence.
         await asyncio.sleep(6)
         assert await mcc.rendered_configs() == rendered_before
         assert await mcc.wait_updated() == r0

@@ -138,7 +138,11 @@ async def unusable_current_config_heals(h: Harness) -> None:
     assert "banana" in annotations[P + "reason"]
     if h.counts_requests:
         writes = h.node_writes()
-    await asyncio.sleep(2.0)
+    # Its report came back on its Node watch and brought one more pass, which says so again
+    # (it may have already). That pass logs before it would write, and a write would bring
+    # the next pass at once: half a second more shows a loop.
+    await h.wait_logged("input not usable", count=2)
+    await asyncio.sleep(0.5)
     assert h.procs[-1].returncode is None  # no exit 2, no restart loop
     if h.counts_requests:
         assert h.node_writes() == writes  # said once: no retry loop writing the Node

@@ -2,32 +2,58 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.demo.fakekube import Change, FakeKube
-from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES, make_host
-from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness
+from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES, Cluster, make_host
+from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, logged, wait_logged
 
 P = "machineconfiguration.openshift.io/"
 
 
-def desired_drain_tracker(values: list[str]) -> Callable[[Change], None]:
-    """A store hook that appends every value `desiredDrain` takes, as the server sees it."""
+def annotation_tracker(key: str, values: list[str]) -> Callable[[Change], None]:
+    """A store hook that appends every value the Node annotation `key` takes, as the server
+    stores it (a value written again unchanged is not a change: see the request log)."""
 
     def hook(change: Change) -> None:
         if change.rt.plural != "nodes" or change.obj is None:
             return
-        new = (change.obj["metadata"].get("annotations") or {}).get(P + "desiredDrain")
-        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(
-            P + "desiredDrain"
-        )
+        new = (change.obj["metadata"].get("annotations") or {}).get(key)
+        old = ((change.old or {}).get("metadata", {}).get("annotations") or {}).get(key)
         if new != old and new:
             values.append(new)
 
     return hook
+
+
+@dataclass
+class LoggedAgent:
+    """An agent process of a loopback `Cluster` whose stderr (JSON lines) is kept in a file."""
+
+    proc: asyncio.subprocess.Process
+    log: Path
+
+    def logged(self, *texts: str) -> int:
+        return logged(self.log, *texts)
+
+    async def wait_logged(self, *texts: str, count: int = 1, timeout: float = 30.0) -> None:
+        await wait_logged(self.log, *texts, count=count, timeout=timeout, proc=self.proc)
+
+
+async def start_logged(cluster: Cluster, *extra: str, level: str = "warning") -> LoggedAgent:
+    """`cluster.start_agent(*extra)`, logging at `level` into a file of its own (the waits
+    for what the agent logged read it)."""
+    args = cluster.start_agent_args(*extra)
+    args[args.index("--log-level") + 1] = level
+    log = cluster.base / f"agent-{len(cluster.procs)}.log"
+    with open(log, "wb") as stderr:  # the child keeps its own copy
+        proc = await asyncio.create_subprocess_exec(*args, stderr=stderr)
+    cluster.procs.append(proc)
+    return LoggedAgent(proc, log)
 
 
 # What the agent writes, by the store's plural: every version is kept for the canary check.
@@ -45,7 +71,7 @@ class FakeHarness(Harness):
         await kube.start()
         sim, images = make_host(base)
         h = cls(base, sim, images, kube=kube, counts_requests=True)
-        kube.add_hook(desired_drain_tracker(h._drains))
+        kube.add_hook(annotation_tracker(P + "desiredDrain", h._drains))
         kube.add_hook(h._record_write)
         await h.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"])
         kube.put({"apiVersion": "v1", "kind": "Node",

@@ -44,6 +44,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+async def until(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
+    """Poll `predicate` until it holds; AssertionError naming `what` after `timeout` s."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout} s: {what or predicate}") from None
+
+
+def logged(path: Path, *texts: str) -> int:
+    """How many complete lines of the log at `path` hold every one of `texts`."""
+    try:
+        data = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in data.split("\n")[:-1] if all(t in line for t in texts))
+
+
+async def wait_logged(path: Path, *texts: str, count: int = 1, timeout: float = 30.0,
+                      proc: asyncio.subprocess.Process | None = None) -> None:  # fmt: skip
+    """Until `count` lines of an agent's log (JSON or console lines: the event's words, a
+    field's value) hold every one of `texts`: positive evidence that it got that far, before
+    a check that it did nothing more. Fails at once when `proc` exits."""
+
+    def seen() -> bool:
+        if proc is not None and proc.returncode is not None:
+            raise AssertionError(f"the agent exited ({proc.returncode}) before logging {texts}")
+        return logged(path, *texts) >= count
+
+    await until(seen, timeout, f"{count} line(s) with {texts} in {path}")
+
+
 def _copy_pty(master: int, sink: Path) -> None:
     """Copy what the agent writes to its terminal into `sink` until every writer closed it."""
     with open(sink, "ab") as out:
@@ -206,6 +239,12 @@ class Harness(abc.ABC):
         if self._poller is None:
             self._poller = asyncio.create_task(self._poll())
         return proc
+
+    async def wait_logged(self, *texts: str, count: int = 1, timeout: float = 30.0) -> None:
+        """Until the running agent's log (its last start's stderr) has `count` lines with
+        every one of `texts`."""
+        await wait_logged(self.logs[-1], *texts, count=count, timeout=timeout,
+                          proc=self.procs[-1])  # fmt: skip
 
     async def exits(self, timeout: float = 60.0) -> int:
         return await asyncio.wait_for(self.procs[-1].wait(), timeout)

@@ -33,7 +33,10 @@ Quick tour::
     await kube.stop(); await kube.start()            # same port, state kept (kube.restart())
     kube.count_requests(verb="patch", resource="nodes", user="system:node:worker-0")
     kube.requests                                    # [RequestRecord(method, path, query,
-                                                     #   user, status, verb, resource, ...)]
+                                                     #   user, status, verb, resource, ...,
+                                                     #   body)]: body is the raw bytes of a
+                                                     #   write (POST/PUT/PATCH/DELETE), None
+                                                     #   for a read; record.json() decodes it
     kube.enable_drain_controller(delay=0.5)          # simulated MCC drain controller
     kube.disable_drain_controller()
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .server import FakeKube, RequestRecord
 
 _UNAUTHENTICATED_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+_WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
@@ -61,6 +62,8 @@ class ApiHandler:
         return resp
 
     async def _handle(self, request: web.Request, record: RequestRecord) -> web.StreamResponse:
+        if request.method in _WRITE_METHODS:
+            record.body = await request.read()  # aiohttp keeps it for the verb's own read
         path = request.path.rstrip("/") or "/"
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +47,18 @@ class RequestRecord:
     namespace: str | None = None
     name: str | None = None
     time: float = field(default_factory=time.time)
+    # The raw body of a write (POST, PUT, PATCH, DELETE; b"" when it had none), as received:
+    # a write that changed nothing leaves no trace in the store, only here.
+    body: bytes | None = None
+
+    def json(self) -> Any:
+        """The body decoded as JSON; None for a read, an empty body or one that is not JSON."""
+        if not self.body:
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
 
 
 @dataclass

@@ -59,20 +59,15 @@ def degraded(*parts: str) -> Callable[[dict[str, str]], bool]:
     return check
 
 
-async def stays_put(cluster: Cluster, agent: LoggedAgent, failure: str | None) -> None:
+async def stays_put(cluster: Cluster, agent: LoggedAgent, failure: str) -> None:
     """The agent is still running and writes its Node no more: it waits for a change, it
     does not retry in a loop. The evidence first: its Degraded report came back on its Node
     watch and brought one more pass, which logged `failure` again (it may have already)."""
     writes = cluster.node_writes()
-    if failure is None:
-        # A failure the agent does not log leaves no pass to wait for: a window instead, for
-        # the pass its report brings (at once) and the first retry (2 s after the report).
-        await asyncio.sleep(3.0)
-    else:
-        await agent.wait_logged(failure, count=2)
-        # That pass logs before it would write, and a write would bring the next pass at
-        # once: half a second shows a loop.
-        await asyncio.sleep(0.5)
+    await agent.wait_logged(failure, count=2)
+    # That pass logs before it would write, and a write would bring the next pass at once:
+    # half a second shows a loop.
+    await asyncio.sleep(0.5)
     assert agent.proc.returncode is None, "the agent exited"
     assert cluster.node_writes() == writes, "the agent keeps writing its Node"
 
@@ -201,8 +196,8 @@ async def test_corrupt_recorded_config_degrades_names_the_file_then_heals(
     reason = annotations[P + "reason"]
     assert reason.startswith(f"host error (journal): recorded config {recorded} is unreadable: ")
     assert "spec.config.ignition.version" in reason
-    # Retried with backoff, and no Working between: the host error is not logged.
-    await stays_put(cluster, agent, None)
+    # Retried with backoff (2 s), logged each time, and no Working between.
+    await stays_put(cluster, agent, "update failed; retrying")
     assert recorded.read_text() == corrupt  # kept as it was: never deleted or replaced
     recorded.unlink()  # the operator moves it away: planned from none, as a first start
     await cluster.wait_done("rendered-worker-1", timeout=30)  # retried with backoff

@@ -356,12 +356,14 @@ class ClusterAgent:
             outcome = await self.engine.reconcile(desired)
         except DrainTimeout as exc:
             self._retrying = desired.key
+            self.log.warning("update failed; retrying", error=str(exc))
             await self._set_state("Degraded", str(exc))
             await self.events.emit("FailedToDrain", str(exc), warning=True)
             return Outcome(DEGRADED, str(exc), retryable=True)
         except HostError as exc:
             self._retrying = desired.key
             reason = f"host error ({exc.kind}): {exc}"
+            self.log.warning("update failed; retrying", error=reason)
             await self._set_state("Degraded", reason)
             return Outcome(DEGRADED, reason, retryable=True)
         await self._report(node, desired, outcome)

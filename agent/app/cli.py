@@ -196,6 +196,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+# The simulated host's faults that hold until `--off`: command -> (setter, on, off).
+SIM_FAULTS = {
+    "disk-full": ("set_disk_full", "stages fail on a full disk", "the disk has room again"),
+    "registry-down": ("set_registry_down", "the registry answers nothing",
+                      "the registry answers again"),
+    "reboot-fails": ("set_reboot_fails", "reboot requests are refused",
+                     "reboot requests succeed again"),
+    "rollback-fails": ("set_rollback_fails", "`bootc rollback` fails",
+                       "`bootc rollback` works again"),
+}  # fmt: skip
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from agent.host.simulated import SimulatedHost
 
@@ -223,14 +235,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
         )
     elif args.sim_command == "next-boot-fails":
         SimulatedHost(base).set_next_boot_fails(True)
-    elif args.sim_command == "disk-full":
-        SimulatedHost(base).set_disk_full(not args.off)
-    elif args.sim_command == "registry-down":
-        SimulatedHost(base).set_registry_down(not args.off)
-    elif args.sim_command == "reboot-fails":
-        SimulatedHost(base).set_reboot_fails(not args.off)
-    elif args.sim_command == "rollback-fails":
-        SimulatedHost(base).set_rollback_fails(not args.off)
+    elif args.sim_command in SIM_FAULTS:
+        setter = getattr(SimulatedHost(base), SIM_FAULTS[args.sim_command][0])
+        setter(not args.off)
     else:
         print(json.dumps(SimulatedHost(base).status_document(), indent=2))
     return 0
@@ -414,18 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fail = sim_sub.add_parser("next-boot-fails", help="the next boot falls back")
     fail.add_argument("dir")
-    full = sim_sub.add_parser("disk-full", help="stages fail on a full disk (until --off)")
-    full.add_argument("dir")
-    full.add_argument("--off", action="store_true", help="the disk has room again")
-    down = sim_sub.add_parser("registry-down", help="the registry answers nothing (until --off)")
-    down.add_argument("dir")
-    down.add_argument("--off", action="store_true", help="the registry answers again")
-    refuse = sim_sub.add_parser("reboot-fails", help="reboot requests are refused (until --off)")
-    refuse.add_argument("dir")
-    refuse.add_argument("--off", action="store_true", help="reboot requests succeed again")
-    stuck = sim_sub.add_parser("rollback-fails", help="`bootc rollback` fails (until --off)")
-    stuck.add_argument("dir")
-    stuck.add_argument("--off", action="store_true", help="`bootc rollback` works again")
+    for name, (_, on, off) in SIM_FAULTS.items():
+        fault = sim_sub.add_parser(name, help=f"{on} (until --off)")
+        fault.add_argument("dir")
+        fault.add_argument("--off", action="store_true", help=off)
     show = sim_sub.add_parser("status", help="print the host as `bootc status` would")
     show.add_argument("dir")
     sim.set_defaults(func=cmd_sim)

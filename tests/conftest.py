@@ -3,7 +3,6 @@ has its own command, tests/conformance/run.sh, which sets IMAGE_MODE_AGENT_TIER=
 no test leaves structlog configured for the next one, and the agent's default port is taken
 for the whole run."""
 
-import contextlib
 import errno
 import os
 import socket
@@ -31,8 +30,7 @@ DEFAULT_LISTEN = ("127.0.0.1", 8797)
 
 @pytest.fixture(autouse=True, scope="session")
 def _default_port_taken() -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        holder = stack.enter_context(socket.socket())
+    with socket.socket() as holder:
         try:
             holder.bind(DEFAULT_LISTEN)
             holder.listen()

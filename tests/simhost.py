@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,8 @@ class World:
     base: Path
     sim: SimulatedHost
     images: dict[str, str] = field(default_factory=dict)
+    check_timeout: float = 30.0  # each health check's
+    events: deque[str] = field(default_factory=lambda: deque(maxlen=200))  # across lives
 
     @classmethod
     def create(cls, base: Path) -> World:
@@ -42,9 +45,9 @@ class World:
 
     def engine(self, checkpoint=None, **kwargs) -> Engine:
         self.sim.boot()  # a new process life starts after any pending reboot
-        allowlist = Allowlist()
-        hooks = Hooks(checkpoint=checkpoint or (lambda label: None))
-        return Engine(self.sim.host(allowlist.allows), hooks=hooks, **kwargs)
+        hooks = Hooks(checkpoint=checkpoint or (lambda label: None), events=self.events)
+        host = self.sim.host(Allowlist().allows, check_timeout=self.check_timeout)
+        return Engine(host, hooks=hooks, **kwargs)
 
     async def converge(self, desired: Desired, checkpoint=None, lives: int = 12, **kw) -> Outcome:
         """Start the agent again after every reboot or kill, until it settles."""

@@ -18,7 +18,7 @@ from agent.demo.loopback import Cluster, P
 from tests.builders import ign_file
 from tests.fixtures_paths import CONTROLLER_CONFIG
 from tests.scenarios.fake import annotation_tracker, start_logged
-from tests.scenarios.harness import until
+from tests.scenarios.harness import exits, until
 
 pytestmark = pytest.mark.asyncio
 
@@ -28,10 +28,6 @@ async def cluster(tmp_path: Path):
     c = await Cluster.create(tmp_path)
     yield c
     await c.close()
-
-
-async def exits(proc: asyncio.subprocess.Process, timeout: float = 30.0) -> int:
-    return await asyncio.wait_for(proc.wait(), timeout)
 
 
 def track(cluster: Cluster) -> list[str]:
@@ -298,10 +294,7 @@ async def test_a_lost_progress_report_is_logged_not_raised(cluster: Cluster) -> 
     cluster.kube.enable_drain_controller()
     slow = cluster.sim.add_image(f"{cluster.images['v1'].split('@')[0]}:slow", {},
                                  pull_seconds=2)  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(
-        *cluster.start_agent_args(), stderr=asyncio.subprocess.PIPE
-    )
-    cluster.procs.append(proc)
+    proc = await cluster.start_agent(stderr=asyncio.subprocess.PIPE)
     await cluster.wait_done("rendered-worker-1")
     cluster.add_config("rendered-worker-2", slow)
     cluster.set_desired("rendered-worker-2")

@@ -15,21 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.app.cli import main as cli_main
-from agent.core.policy import Allowlist
 from agent.demo.loopback import IMAGE, Cluster, P
 from agent.host.simulated import SimulatedHost
-from agent.update.engine import DEGRADED, DONE, Engine, Hooks
+from agent.update.engine import DEGRADED, DONE
 from agent.update.journal import Journal, Phase, Record
 from tests.scenarios.fake import annotation_tracker, start_logged
-from tests.scenarios.harness import until
+from tests.scenarios.harness import exits, until
 from tests.simhost import World
 
 CHECKS = "etc/image-mode-agent/check"
@@ -72,10 +69,6 @@ def track_states(cluster: Cluster) -> list[str]:
     return states
 
 
-async def exits(proc: asyncio.subprocess.Process, timeout: float = 40.0) -> int:
-    return await asyncio.wait_for(proc.wait(), timeout)
-
-
 async def degraded(cluster: Cluster, proc: asyncio.subprocess.Process) -> dict[str, str]:
     """The Node's annotations once it is Degraded; fails at once if the agent exits first (a
     simulated reboot ends it) rather than waiting out the deadline."""
@@ -100,7 +93,7 @@ async def test_a_drain_never_acknowledged_degrades_and_retries_until_it_is(
     update resumes from there) and the staged image stays locked, so an unplanned reboot would
     discard it rather than boot it undrained. Retries that time out the same way write nothing;
     once the controller answers, the update finishes with one reboot."""
-    agent = await start_logged(cluster, "--listen", "", "--drain-timeout", "2", level="info")
+    agent = await start_logged(cluster, "--drain-timeout", "2", level="info")
     proc = agent.proc
     await cluster.wait_done("rendered-worker-1")
     states = track_states(cluster)
@@ -135,7 +128,7 @@ async def test_a_drain_never_acknowledged_degrades_and_retries_until_it_is(
 
     cluster.kube.enable_drain_controller()
     assert await exits(proc) == 3
-    await cluster.start_agent("--listen", "", "--drain-timeout", "2")
+    await cluster.start_agent("--drain-timeout", "2")
     annotations = await cluster.wait_done("rendered-worker-2")
     assert cluster.reboots() == 1
     assert cluster.booted() == cluster.images["v2"].split("@")[1]
@@ -153,7 +146,7 @@ async def test_a_refused_reboot_degrades_and_reboots_once_when_allowed(cluster: 
     then Done and uncordoned."""
     cluster.kube.enable_drain_controller()
     cluster.sim.set_reboot_fails()
-    proc = await cluster.start_agent("--listen", "")
+    proc = await cluster.start_agent()
     await cluster.wait_done("rendered-worker-1")
     boot_id = host_state(cluster.sim)["boot_id"]
     states = track_states(cluster)
@@ -184,7 +177,7 @@ async def test_a_refused_reboot_degrades_and_reboots_once_when_allowed(cluster: 
     cluster.kube.patch_annotations("Node", cluster.node, {"example.com/touched": "yes"})
     assert await exits(proc) == 3
     assert cluster.reboots() == 1
-    await cluster.start_agent("--listen", "")
+    await cluster.start_agent()
     annotations = await cluster.wait_done("rendered-worker-2")
     assert cluster.reboots() == 1
     assert cluster.booted() == cluster.images["v2"].split("@")[1]
@@ -207,13 +200,13 @@ async def test_a_failed_rollback_degrades_on_the_bad_image_without_a_reboot_loop
     uncordoned."""
     cluster.kube.enable_drain_controller()
     assert cli_main(["sim", "rollback-fails", str(cluster.sim.base)]) == 0
-    proc = await cluster.start_agent("--listen", "")
+    proc = await cluster.start_agent()
     await cluster.wait_done("rendered-worker-1")
     bad = cluster.images["bad"].split("@")[1]
     cluster.add_config("rendered-worker-3", "bad")
     cluster.set_desired("rendered-worker-3")
     assert await exits(proc) == 3  # into the bad image
-    proc = await cluster.start_agent("--listen", "")
+    proc = await cluster.start_agent()
 
     annotations = await degraded(cluster, proc)
     reason = (
@@ -238,7 +231,7 @@ async def test_a_failed_rollback_degrades_on_the_bad_image_without_a_reboot_loop
     posted = cluster.kube.count_requests(verb="create", resource="events")
     proc.terminate()
     assert await exits(proc) == 0
-    proc = await cluster.start_agent("--listen", "")
+    proc = await cluster.start_agent()
     await until(
         lambda: cluster.kube.count_requests(verb="create", resource="events") > posted,
         what="a pass of the restarted agent",
@@ -258,7 +251,7 @@ async def test_a_failed_rollback_degrades_on_the_bad_image_without_a_reboot_loop
     admin = cluster.sim.host(lambda path: False)
     await admin.bootc.rollback()
     await admin.system.reboot()
-    await cluster.start_agent("--listen", "")
+    await cluster.start_agent()
     annotations = await cluster.wait_annotations(
         lambda a: a.get(P + "lastAppliedDrain") == "uncordon-rendered-worker-1"
     )
@@ -267,20 +260,6 @@ async def test_a_failed_rollback_degrades_on_the_bad_image_without_a_reboot_loop
 
 
 # -- health checks ---------------------------------------------------------------------------------
-@dataclass
-class CheckedWorld(World):
-    """World with a short check timeout, the engine's events kept across process lives."""
-
-    check_timeout: float = 30.0
-    events: deque[str] = field(default_factory=lambda: deque(maxlen=200))
-
-    def engine(self, checkpoint=None, **kwargs) -> Engine:
-        self.sim.boot()  # a new process life starts after any pending reboot
-        hooks = Hooks(checkpoint=checkpoint or (lambda label: None), events=self.events)
-        host = self.sim.host(Allowlist().allows, check_timeout=self.check_timeout)
-        return Engine(host, hooks=hooks, **kwargs)
-
-
 def _admin_check(world: World, kind: str, name: str, mode: int) -> None:
     """A check the admin put on the host (in /etc: it stays across deployments)."""
     path = world.sim.root / CHECKS / f"{kind}.d" / name
@@ -289,11 +268,11 @@ def _admin_check(world: World, kind: str, name: str, mode: int) -> None:
     path.chmod(mode)
 
 
-def _exits_1(world: CheckedWorld) -> tuple[str, str]:
+def _exits_1(world: World) -> tuple[str, str]:
     return "bad-check", "50-app: exit 1: app unhealthy (no)"
 
 
-def _times_out(world: CheckedWorld) -> tuple[str, str]:
+def _times_out(world: World) -> tuple[str, str]:
     world.check_timeout = 0.5
     slow = {f"{CHECKS}/required.d/60-slow": "#!/bin/sh\nexec sleep 30\n"}
     world.images["slow-check"] = world.sim.add_image(
@@ -302,7 +281,7 @@ def _times_out(world: CheckedWorld) -> tuple[str, str]:
     return "slow-check", "60-slow: timed out after 0.5s"
 
 
-def _not_executable(world: CheckedWorld) -> tuple[str, str]:
+def _not_executable(world: World) -> tuple[str, str]:
     _admin_check(world, "required", "70-forgotten", 0o644)
     return "v2", f"70-forgotten: {NOT_EXECUTABLE}"
 
@@ -314,7 +293,7 @@ async def test_a_required_check_that_cannot_pass_rolls_back(tmp_path: Path, fail
     verification naming the check, and the image is rolled back exactly as for a check that
     exits 1: two reboots (into it, back), the old image booted, the digest marked failed, and
     the same desired state is not tried again."""
-    world = CheckedWorld.create(tmp_path)
+    world = World.create(tmp_path)
     image, detail = failing(world)
     digest = world.digest(image)
     desired = world.desired("rendered-2", image)
@@ -331,7 +310,7 @@ async def test_a_required_check_that_cannot_pass_rolls_back(tmp_path: Path, fail
 
 
 async def test_a_wanted_check_that_is_not_executable_only_warns(tmp_path: Path) -> None:
-    world = CheckedWorld.create(tmp_path)
+    world = World.create(tmp_path)
     _admin_check(world, "wanted", "80-forgotten", 0o644)
     _admin_check(world, "required", ".80-notes.swp", 0o644)  # a dotfile is no check
     outcome = await world.converge(world.desired("rendered-2", "v2"))

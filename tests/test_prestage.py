@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from agent.cluster.prestage import Act, decide, pool_target
 from agent.demo.loopback import Cluster, P
 from agent.update.engine import DONE
 from agent.update.journal import Journal
-from tests.scenarios.harness import until
+from tests.scenarios.harness import free_port, until
 from tests.simhost import Killed, World
 
 WORKER = {"node-role.kubernetes.io/worker": ""}
@@ -149,10 +148,6 @@ async def test_engine_drops_a_prestage_no_longer_wanted(tmp_path: Path) -> None:
 
 
 # -- the agent process -------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pool(name: str, target: str, selector: dict[str, str]) -> dict[str, Any]:
@@ -309,7 +304,7 @@ async def test_killed_while_prestaging_resumes_without_refetching(pools: Pools) 
     await proc.wait()
     assert pools.journal_prestage() == c.images["slow"]  # the intent was written first
     # A huge jitter: a restart resumes its pre-stage at once instead of waiting again.
-    await c.start_agent("--listen", "", "--prestage-jitter", "100000")
+    await c.start_agent("--prestage-jitter", "100000")
     await pools.wait_staged("slow")
     assert pools.pulls("slow") == 3  # the layer fetched before the kill was kept
 
@@ -374,7 +369,7 @@ async def test_jitter_never_delays_the_nodes_turn(pools: Pools) -> None:
     c.kube.enable_drain_controller()
     c.set_desired("rendered-worker-2")  # the turn comes while the pre-stage waits
     assert await asyncio.wait_for(c.procs[-1].wait(), 20) == 3
-    await c.start_agent("--listen", "")
+    await c.start_agent()
     await c.wait_done("rendered-worker-2")
 
 

@@ -112,19 +112,24 @@ class Cluster:
     def set_desired(self, name: str, **extra: str | None) -> None:
         self.kube.patch_annotations("Node", self.node, {P + "desiredConfig": name, **extra})
 
-    def start_agent_args(self, *extra: str) -> list[str]:
+    def start_agent_args(self, *extra: str, log_level: str = "warning") -> list[str]:
         # No endpoints unless `extra` asks (a later --listen wins): a demo agent must not take
         # the port of a real agent on this machine, nor fail to when one holds it.
         return [
-            sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source", "kube",
+            sys.executable, "-m", "agent", "--log-level", log_level, "run", "--source", "kube",
             "--host", f"simulated:{self.sim.base}", "--listen", "",
             "--kubeconfig", str(self.base / "sa.kubeconfig"),
             "--node-kubeconfig", str(self.base / "node.kubeconfig"), "--node-name", self.node,
             *extra,
         ]  # fmt: skip
 
-    async def start_agent(self, *extra: str) -> asyncio.subprocess.Process:
-        proc = await asyncio.create_subprocess_exec(*self.start_agent_args(*extra))
+    async def start_agent(
+        self, *extra: str, log_level: str = "warning", stderr: Any = None
+    ) -> asyncio.subprocess.Process:
+        """The agent process for this Node; `stderr` as asyncio.create_subprocess_exec takes it
+        (None: this process's)."""
+        args = self.start_agent_args(*extra, log_level=log_level)
+        proc = await asyncio.create_subprocess_exec(*args, stderr=stderr)
         self.procs.append(proc)
         return proc
 

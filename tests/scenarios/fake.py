@@ -47,12 +47,9 @@ class LoggedAgent:
 async def start_logged(cluster: Cluster, *extra: str, level: str = "warning") -> LoggedAgent:
     """`cluster.start_agent(*extra)`, logging at `level` into a file of its own (the waits
     for what the agent logged read it)."""
-    args = cluster.start_agent_args(*extra)
-    args[args.index("--log-level") + 1] = level
     log = cluster.base / f"agent-{len(cluster.procs)}.log"
     with open(log, "wb") as stderr:  # the child keeps its own copy
-        proc = await asyncio.create_subprocess_exec(*args, stderr=stderr)
-    cluster.procs.append(proc)
+        proc = await cluster.start_agent(*extra, log_level=level, stderr=stderr)
     return LoggedAgent(proc, log)
 
 

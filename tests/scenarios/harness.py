@@ -44,6 +44,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+async def exits(proc: asyncio.subprocess.Process, timeout: float = 40.0) -> int:
+    """The agent's exit code (3: a simulated reboot ended it), within `timeout` s."""
+    return await asyncio.wait_for(proc.wait(), timeout)
+
+
 async def until(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
     """Poll `predicate` until it holds; AssertionError naming `what` after `timeout` s."""
     try:
@@ -247,7 +252,7 @@ class Harness(abc.ABC):
                           proc=self.procs[-1])  # fmt: skip
 
     async def exits(self, timeout: float = 60.0) -> int:
-        return await asyncio.wait_for(self.procs[-1].wait(), timeout)
+        return await exits(self.procs[-1], timeout)
 
     def reboots(self) -> int:
         return sum(1 for a in self.sim.actions() if a["kind"] == "reboot")

@@ -19,8 +19,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -46,6 +47,12 @@ BOOT_TIMEOUT = 150  # seconds per expected boot under TCG (≈30-45 s measured)
 # Boots are counted from the console: the first, plus one per kernel restart (printed even with
 # `quiet`), so a boot that never reaches the step script still counts.
 RESTART = "reboot: Restarting system"
+# The first line each boot's step script prints (run-step.sh, both tiers): the boot is up.
+STEP_UP = re.compile(r"HARNESS boot=\d+ up ")
+# A boot reaches its step in 25-45 s under TCG; one that has not after this long has stalled
+# (seen once in CI: a first boot that never reached its step in 900 s).
+STALL_AFTER = 120
+CONSOLE_TAIL = 25  # console lines printed under a failed scenario
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,8 @@ class VmResult:
     boots: int
     seconds: float
     detail: str = ""
+    stalled_boot: int = 0  # the boot that never reached its step script (0: none did)
+    console_tail: tuple[str, ...] = ()  # the console's last lines, printed on a failure
 
 
 def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) -> VmResult:
@@ -214,6 +223,16 @@ def run_vm(image: VmImage, world: World, scenario: VmScenario, workdir: Path) ->
     return drive(cmd, workdir, share, scenario.name, scenario.boots, start)
 
 
+@dataclass
+class _Console:
+    """What the console has shown so far (written by the reader thread, read by the driver)."""
+
+    boots: int = 1
+    boot_started: float = 0.0  # monotonic time the current boot began
+    stepped: bool = False  # the current boot's step script has started
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=CONSOLE_TAIL))
+
+
 def drive(
     cmd: list[str],
     workdir: Path,
@@ -222,45 +241,60 @@ def drive(
     expected_boots: int,
     start: float,
     boot_timeout: float = BOOT_TIMEOUT,
+    stall_after: float = STALL_AFTER,
 ) -> VmResult:
     """Run the VM until it powers off (or `boot_timeout` per expected boot, plus one, passes):
     the console goes to workdir/console.log, timestamped; boots are counted from it; the
-    verdict is the guest's single `RESULT` line in the share's results.log."""
+    verdict is the guest's single `RESULT` line in the share's results.log. A boot whose step
+    script has not started `stall_after` seconds after the boot began is a stall: the VM is
+    stopped there rather than at the overall limit, and the result names the boot."""
     console = open(workdir / "console.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")  # fmt: skip
-    boots = 1
+    seen = _Console(boot_started=time.monotonic())
 
     def pump() -> None:
-        nonlocal boots
         assert proc.stdout
         for line in proc.stdout:
             console.write(f"[{time.monotonic() - start:6.1f}] {line}")
             console.flush()
+            seen.tail.append(line.rstrip())
             if RESTART in line:
-                boots += 1
+                seen.boots += 1
+                seen.boot_started, seen.stepped = time.monotonic(), False
+            elif STEP_UP.search(line):
+                seen.stepped = True
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    try:
-        proc.wait(boot_timeout * (expected_boots + 1))
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        proc.kill()  # only the qemu this harness started
-        proc.wait()
-        timed_out = True
+    deadline = time.monotonic() + boot_timeout * (expected_boots + 1)
+    stalled, timed_out = 0, False
+    while proc.poll() is None:
+        now = time.monotonic()
+        if not seen.stepped and now - seen.boot_started > stall_after:
+            stalled = seen.boots
+        timed_out = now > deadline
+        if stalled or timed_out:
+            proc.kill()  # only the qemu this harness started
+            break
+        time.sleep(0.5)
+    proc.wait()
     reader.join(5)
     console.close()
     log = (share / "results.log").read_text() if (share / "results.log").exists() else ""
     results = [line.split("RESULT ", 1)[1] for line in log.splitlines() if "RESULT " in line]
     elapsed = time.monotonic() - start
-    if timed_out:
-        return VmResult(name, False, boots, elapsed, f"timed out; {log[-300:]!r}")
-    if results != ["pass"]:
-        return VmResult(name, False, boots, elapsed, "; ".join(results) or "no result")
-    if boots != expected_boots:
-        return VmResult(name, False, boots, elapsed, f"expected {expected_boots} boots")
-    return VmResult(name, True, boots, elapsed)
+    if stalled:
+        detail = f"boot {stalled} stalled: no step {stall_after:.0f}s after it began"
+    elif timed_out:
+        detail = f"timed out; {log[-300:]!r}"
+    elif results != ["pass"]:
+        detail = "; ".join(results) or "no result"
+    elif seen.boots != expected_boots:
+        detail = f"expected {expected_boots} boots"
+    else:
+        return VmResult(name, True, seen.boots, elapsed)
+    return VmResult(name, False, seen.boots, elapsed, detail, stalled, tuple(seen.tail))
 
 
 def main() -> int:
@@ -287,6 +321,29 @@ def main() -> int:
 Runner = Callable[[World, Path], VmResult]
 
 
+def run_once_more_after_a_first_boot_stall(runner: Runner, world: World, folder: Path) -> VmResult:
+    """Run a scenario in `folder`; if its first boot stalled, report that and run it once more
+    (the stalled run's files moved to `<folder>.stalled`). Before the first boot's step nothing
+    of the agent's has run (its units load when the step starts), so a stall there is the
+    emulator's; a stall in any later boot is a failure."""
+    result = runner(world, folder)
+    if result.stalled_boot != 1:
+        return result
+    report(result, "STALL")
+    folder.rename(folder.with_name(f"{folder.name}.stalled"))
+    result = runner(world, folder)
+    result.detail = "; ".join(filter(None, [result.detail, "run again after a first-boot stall"]))
+    return result
+
+
+def report(result: VmResult, verdict: str) -> None:
+    """The scenario's line; under a failure, the console's last lines (what CI keeps of it)."""
+    print(f"{verdict} {result.name:<24} boots={result.boots} {result.seconds:6.1f}s"
+          + (f"  {result.detail}" if result.detail else ""), flush=True)  # fmt: skip
+    if not result.ok and result.console_tail:
+        print("\n".join(f"    | {line}" for line in result.console_tail), flush=True)
+
+
 def run_tier(
     label: str,
     prefix: str,
@@ -311,11 +368,9 @@ def run_tier(
             if needs_agent and blocked:
                 result = VmResult(name, False, 0, 0.0, blocked)
             else:
-                result = runner(world, workdir / name)
+                result = run_once_more_after_a_first_boot_stall(runner, world, workdir / name)
             results.append(result)
-            print(f"{'PASS' if result.ok else 'FAIL'} {result.name:<24} boots={result.boots} "
-                  f"{result.seconds:6.1f}s" + (f"  {result.detail}" if result.detail else ""),
-                  flush=True)  # fmt: skip
+            report(result, "PASS" if result.ok else "FAIL")
     finally:
         world.stop()
         if not keep:

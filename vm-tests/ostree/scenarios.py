@@ -37,6 +37,8 @@ STATE = "/var/lib/ostree-bootc"  # the guest bootc's state dir (pull-delay, pull
 # Seconds per expected boot (plus one spare): a boot through the bootloader is 25-45 s under
 # TCG, and an agent boot adds its start-up, the verifier, and staging (pull, commit, deploy).
 BOOT_TIMEOUT = 300
+# Through the bootloader a boot reaches its step in 25-50 s; a verifier boot may take longer.
+STALL_AFTER = 180
 
 
 @dataclass(frozen=True)
@@ -311,7 +313,9 @@ def run_scenario(disk: Disk, world: World, scenario: Scenario, workdir: Path) ->
         "-virtfs", f"local,path={REPO},mount_tag=src,security_model=none,readonly=on,id=src",
         "-virtfs", f"local,path={share},mount_tag=harness,security_model=none,id=harness",
     ]  # fmt: skip
-    return vm.drive(cmd, workdir, share, scenario.name, scenario.boots, start, BOOT_TIMEOUT)
+    return vm.drive(
+        cmd, workdir, share, scenario.name, scenario.boots, start, BOOT_TIMEOUT, STALL_AFTER
+    )
 
 
 def main() -> int:

@@ -31,9 +31,12 @@ set_desired() {  # set_desired FILE: the next desired state, replaced atomically
 # The agent's units and ostree's finalization, line by line on the console (console.log).
 journalctl -f -n all -b -o cat -u image-mode-agent.service -u image-mode-agent-verify.service \
   -u image-mode-agent-stage.service -u ostree-finalize-staged.service | sed -u 's/^/JOURNAL /' > /dev/ttyS0 &
+# First the line that tells the driver this boot is up (vm-tests/run.py STEP_UP), before
+# anything that could hang: a hang after it is a failure, not a stall.
+log "up bootid=$(cat /proc/sys/kernel/random/boot_id) uptime=$(cut -d' ' -f1 /proc/uptime)"
 checksum=$(status_field booted checksum)
 echo "$n $checksum $(booted_digest)" >> /var/lib/harness/booted.log
-log "up bootid=$(cat /proc/sys/kernel/random/boot_id) deployment=$checksum uptime=$(cut -d' ' -f1 /proc/uptime)"
+log "deployment=$checksum"
 if [ "$n" = 1 ]; then
   # Units seeded on this first boot were not in the initial transaction: load and start them.
   systemctl daemon-reload

@@ -37,8 +37,8 @@ STATE = "/var/lib/ostree-bootc"  # the guest bootc's state dir (pull-delay, pull
 # Seconds per expected boot (plus one spare): a boot through the bootloader is 25-45 s under
 # TCG, and an agent boot adds its start-up, the verifier, and staging (pull, commit, deploy).
 BOOT_TIMEOUT = 300
-# Through the bootloader a boot reaches its step in 25-50 s; a verifier boot may take longer.
-STALL_AFTER = 180
+# Through the bootloader a boot reached its step in 21-83 s (the slowest: after a finalization).
+STALL_AFTER = 240
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The conformance kit (`../shared/kit`): where it is, its unpacked binaries, and one real
-cluster (etcd + kube-apiserver, optionally the machine-config-controller) per test, each in
+"""The conformance kit (`../shared/kit`): where it is, the peer binaries the user supplied, and
+one real cluster (etcd + kube-apiserver, optionally the machine-config-controller) per test, each in
 its own RUN DIR on its own ports. Only the PIDs the kit's scripts record in that RUN DIR are
 ever signalled."""
 
@@ -19,10 +19,12 @@ from typing import Any
 
 import aiohttp
 
+from tests.conformance import peers
+
 KIT_ENV = "IMAGE_MODE_AGENT_KIT"
 HOW_TO_GET_IT = (
     f"set {KIT_ENV} to the conformance kit's folder (in this project's workspace: "
-    "../shared/kit beside the repository; it holds bin/*.xz, cluster-up, mcc-up and a README)"
+    "../shared/kit beside the repository; it holds cluster-up, mcc-up, crds/ and a README)"
 )
 MCO_NS = "openshift-machine-config-operator"
 SCRIPT_TIMEOUT = 180.0
@@ -32,32 +34,40 @@ class KitMissing(Exception):
     """The tier cannot run: says what is missing and how to get it."""
 
 
+@dataclass(frozen=True)
+class Kit:
+    """The kit's scripts (`path`) and one folder holding the peer binaries found (`bin`, the
+    kit's KIT_BIN), with where each came from."""
+
+    path: Path
+    bin: Path
+    found: dict[str, peers.Found]
+
+    def has(self, name: str) -> bool:
+        return self.found[name].path is not None
+
+
 def locate_kit() -> Path:
     value = os.environ.get(KIT_ENV)
     if not value:
         raise KitMissing(f"{KIT_ENV} is not set: {HOW_TO_GET_IT}")
     kit = Path(value).resolve()
-    missing = [p for p in ("cluster-up", "mcc-up", "unpack", "bin/SHA256SUMS", "crds")
-               if not (kit / p).exists()]  # fmt: skip
+    missing = [p for p in ("cluster-up", "mcc-up", "unpack", "crds") if not (kit / p).exists()]
     if missing:
         raise KitMissing(f"{KIT_ENV}={value} is not a conformance kit (no {', '.join(missing)}): "
                          f"{HOW_TO_GET_IT}")  # fmt: skip
     return kit
 
 
-def cache_dir() -> Path:
-    """Outside the repository, so a fresh clone reuses what an earlier run unpacked."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "image-mode-agent" / "kit"
-
-
-def unpack(kit: Path) -> Path:
-    """Decompress the binaries once (about 3 s; about 1 s to check them afterwards)."""
-    out = subprocess.run([str(kit / "unpack"), str(cache_dir())], capture_output=True,
-                         text=True, timeout=SCRIPT_TIMEOUT)  # fmt: skip
-    if out.returncode != 0:
-        raise KitMissing(f"the kit's unpack failed: {out.stderr.strip()[-500:]}")
-    return Path(out.stdout.strip())
+def prepare(kit: Path, folder: Path) -> Kit:
+    """The binaries the user supplied (tests/conformance/peers.py: KIT_BIN, the kit's bin/,
+    KUBEBUILDER_ASSETS, PATH), linked into `folder`. Without the ones every cluster needs,
+    KitMissing names the first missing and what to do about it."""
+    found = peers.find_all(os.environ, kit)
+    reason = peers.why_not_run(found)
+    if reason is not None:
+        raise KitMissing(reason)
+    return Kit(kit, peers.link_into(found, folder), found)
 
 
 def _free(port: int) -> bool:
@@ -90,7 +100,7 @@ async def _script(*argv: str, env: dict[str, str] | None = None, timeout: float 
                   log: Path | None = None) -> str:  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "KIT_CACHE": str(cache_dir()), **(env or {})},
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
     try:
         async with asyncio.timeout(timeout):
@@ -112,7 +122,7 @@ async def _script(*argv: str, env: dict[str, str] | None = None, timeout: float 
 class KitCluster:
     """One real API server (and optionally the MCC) in RUN DIR `run` on `port`."""
 
-    kit: Path
+    kit: Kit
     run: Path
     port: int = 0
     rendered: str = ""
@@ -131,23 +141,27 @@ class KitCluster:
 
     @property
     def bin(self) -> Path:
-        return cache_dir() / "bin"
+        return self.kit.bin
+
+    async def _kit_script(self, name: str, *args: str) -> str:
+        """One of the kit's scripts on this cluster's RUN DIR, with the supplied binaries."""
+        return await _script(str(self.kit.path / name), str(self.run), *args,
+                             env={"KIT_BIN": str(self.kit.bin)},
+                             log=self.run / "harness.log")  # fmt: skip
 
     async def up(self) -> None:
         self.run.mkdir(parents=True, exist_ok=True)
         for attempt in range(3):
             self.port = pick_port()
             try:
-                await _script(str(self.kit / "cluster-up"), str(self.run), str(self.port),
-                              log=self.run / "harness.log")  # fmt: skip
+                await self._kit_script("cluster-up", str(self.port))
                 return
             except RuntimeError as exc:
                 if "in use" not in str(exc) or attempt == 2:
                     raise
 
     async def mcc_up(self, workers: int, os_image: str) -> str:
-        out = await _script(str(self.kit / "mcc-up"), str(self.run), "--workers", str(workers),
-                            "--os-image", os_image, log=self.run / "harness.log")  # fmt: skip
+        out = await self._kit_script("mcc-up", "--workers", str(workers), "--os-image", os_image)
         self.rendered = out.strip().splitlines()[-1]
         return self.rendered
 
@@ -156,8 +170,7 @@ class KitCluster:
             await self._session.close()
             self._session = None
         if (self.run / "kit.env").exists():
-            await _script(str(self.kit / "cluster-down"), str(self.run),
-                          log=self.run / "harness.log")  # fmt: skip
+            await self._kit_script("cluster-down")
 
     async def kill_apiserver(self) -> None:
         """SIGKILL the API server this cluster started (its PID file), as a crash would."""
@@ -178,9 +191,8 @@ class KitCluster:
     async def start_apiserver(self) -> None:
         """After kill_apiserver: the kit restarts a cluster only when all of it is down, so
         etcd is stopped too (its data is kept) and both start again on the same ports."""
-        await _script(str(self.kit / "cluster-down"), str(self.run), log=self.run / "harness.log")
-        await _script(str(self.kit / "cluster-up"), str(self.run), str(self.port),
-                      log=self.run / "harness.log")  # fmt: skip
+        await self._kit_script("cluster-down")
+        await self._kit_script("cluster-up", str(self.port))
 
     def kubectl(self, *args: str, kubeconfig: Path | None = None, stdin: str | None = None,
                 timeout: float = 60.0) -> str:  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.demo.loopback import make_host
 from agent.host.simulated import SimulatedHost
-from tests.conformance.kit import MCO_NS, KitCluster
+from tests.conformance.kit import MCO_NS, Kit, KitCluster
 from tests.conformance.real import REPO, follow, put_object
 
 P = "machineconfiguration.openshift.io/"
@@ -77,7 +77,7 @@ class MccCluster:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    async def create(cls, kit: Path, base: Path, workers: int = 1, *,
+    async def create(cls, kit: Kit, base: Path, workers: int = 1, *,
                      agent_args: list[str] | None = None,
                      logs: bool = False) -> MccCluster:  # fmt: skip
         cluster = KitCluster(kit, base / "cluster")
@@ -348,7 +348,7 @@ class MccCluster:
 
 
 @contextlib.asynccontextmanager
-async def bootstrapped(kit: Path, base: Path, workers: int = 1, **options: Any):
+async def bootstrapped(kit: Kit, base: Path, workers: int = 1, **options: Any):
     """A cluster whose agents run and whose pool is Updated at its first rendered config:
     yields (the cluster, that config), and stops everything afterwards. `options`: those of
     `MccCluster.create` (agent_args, logs)."""

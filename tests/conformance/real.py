@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from agent.demo.loopback import make_host
-from tests.conformance.kit import MCO_NS, KitCluster
+from tests.conformance.kit import MCO_NS, Kit, KitCluster
 from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness
 
 P = "machineconfiguration.openshift.io/"
@@ -132,7 +132,7 @@ class RealHarness(Harness):
     _watcher: asyncio.Task[None] | None = None
 
     @classmethod
-    async def create(cls, kit: Path, base: Path, *,
+    async def create(cls, kit: Kit, base: Path, *,
                      annotations: dict[str, str] | None = None) -> RealHarness:  # fmt: skip
         cluster = KitCluster(kit, base / "cluster")
         await cluster.up()
@@ -147,7 +147,7 @@ class RealHarness(Harness):
 
     async def _prepare(self, annotations: dict[str, str]) -> None:
         cluster = self.cluster
-        crds = [arg for name in AGENT_CRDS for arg in ("-f", str(cluster.kit / "crds" / name))]
+        crds = [arg for name in AGENT_CRDS for arg in ("-f", str(cluster.kit.path / "crds" / name))]
         await asyncio.to_thread(cluster.kubectl, "apply", "--server-side", *crds)
         await asyncio.to_thread(cluster.kubectl, "wait", "--for", "condition=established",
                                 "--timeout=60s", "crd", "--all")  # fmt: skip

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.conformance.kit import MCO_NS, KitCluster
+from tests.conformance.kit import MCO_NS, Kit, KitCluster
 from tests.conformance.real import put_object
 
 pytestmark = pytest.mark.asyncio
@@ -31,7 +31,7 @@ def _objects(path: Path) -> list[dict[str, Any]]:
 
 
 async def test_deploy_manifests_on_real_apiserver(
-    kit: Path, tmp_path: Path, figures: list[str], monkeypatch: pytest.MonkeyPatch
+    kit: Kit, tmp_path: Path, figures: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Privileged pods, as every OpenShift (and kubeadm) API server allows; the kit's does not
     # by default.
@@ -132,7 +132,7 @@ async def _guard_enforced(cluster: KitCluster) -> float:
     each, the agent's pod on node-a (no kubelet runs it: the pod is only what the token is
     bound to, as the DaemonSet's projected token is). Returns the seconds from the policy's
     creation to its first denial."""
-    crd = cluster.kit / "crds" / "machineconfiguration_v1_machineconfignodes.crd.yaml"
+    crd = cluster.kit.path / "crds" / "machineconfiguration_v1_machineconfignodes.crd.yaml"
     await _kubectl(cluster, "apply", "--server-side", "-f", str(crd))
     await _kubectl(cluster, "wait", "--for", "condition=established", "--timeout=60s",
                    "crd/machineconfignodes.machineconfiguration.openshift.io")  # fmt: skip

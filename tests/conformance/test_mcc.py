@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conformance.kit import MCO_NS
+from tests.conformance.kit import MCO_NS, Kit
 from tests.conformance.mcc import (
     MC_PATH,
     MCN_COLUMNS,
@@ -23,7 +23,7 @@ from tests.conformance.mcc import (
     machine_config,
 )
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.peers("machine-config-controller")]
 KUBELETCONFIG_PATH = "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs"
 
 
@@ -50,7 +50,7 @@ def drains(mcc: MccCluster, node: str, key: str = "desiredDrain") -> list[str]:
     return values
 
 
-async def test_bootstrap_ssh_key_then_image_update(kit: Path, tmp_path: Path,
+async def test_bootstrap_ssh_key_then_image_update(kit: Kit, tmp_path: Path,
                                                    figures: list[str]) -> None:  # fmt: skip
     mcc = await MccCluster.create(kit, tmp_path, workers=1)
     try:
@@ -110,7 +110,7 @@ async def test_bootstrap_ssh_key_then_image_update(kit: Path, tmp_path: Path,
         await mcc.close()
 
 
-async def test_kubeletconfig_refused_then_healed(kit: Path, tmp_path: Path,
+async def test_kubeletconfig_refused_then_healed(kit: Kit, tmp_path: Path,
                                                 figures: list[str]) -> None:  # fmt: skip
     async with bootstrapped(kit, tmp_path, workers=1) as (mcc, r0):
         node = mcc.nodes["worker-0"]
@@ -144,7 +144,7 @@ async def test_kubeletconfig_refused_then_healed(kit: Path, tmp_path: Path,
         assert node.reboots() == 0
 
 
-async def test_bad_image_rolled_back_then_healed(kit: Path, tmp_path: Path,
+async def test_bad_image_rolled_back_then_healed(kit: Kit, tmp_path: Path,
                                                 figures: list[str]) -> None:  # fmt: skip
     async with bootstrapped(kit, tmp_path, workers=1) as (mcc, r0):
         node = mcc.nodes["worker-0"]
@@ -177,7 +177,7 @@ async def test_bad_image_rolled_back_then_healed(kit: Path, tmp_path: Path,
         await mcc.wait_mcn("worker-0", updated_at(r0), f"Updated at {r0} again")
 
 
-async def test_three_nodes_roll_one_at_a_time(kit: Path, tmp_path: Path,
+async def test_three_nodes_roll_one_at_a_time(kit: Kit, tmp_path: Path,
                                              figures: list[str]) -> None:  # fmt: skip
     async with bootstrapped(kit, tmp_path, workers=3) as (mcc, r0):
         image = mcc.nodes["worker-0"].images["v2"]
@@ -207,7 +207,7 @@ async def test_three_nodes_roll_one_at_a_time(kit: Path, tmp_path: Path,
             assert end <= start
 
 
-async def test_pool_target_prestaged_before_each_nodes_turn(kit: Path, tmp_path: Path,
+async def test_pool_target_prestaged_before_each_nodes_turn(kit: Kit, tmp_path: Path,
                                                           figures: list[str]) -> None:  # fmt: skip
     async with bootstrapped(kit, tmp_path, workers=3,
                             agent_args=["--prestage-jitter", "0"]) as (mcc, r0):  # fmt: skip
@@ -261,7 +261,7 @@ def _kubeconfig(ca: bytes, user: str) -> str:
     })  # fmt: skip
 
 
-async def test_serving_ca_rotation_rewrites_the_kubeconfigs(kit: Path, tmp_path: Path) -> None:
+async def test_serving_ca_rotation_rewrites_the_kubeconfigs(kit: Kit, tmp_path: Path) -> None:
     """What the operator does when the kube-apiserver serving CA rotates (pkg/operator/sync.go
     syncControllerConfig): the bundle into ConfigMap kubeconfig-data, then the ControllerConfig
     annotation service-ca-rotate=true; the agent rewrites the CA data of both kubeconfigs and

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conformance.kit import Kit
 from tests.conformance.real import RealHarness
 from tests.scenarios.cluster import SCENARIOS, Scenario
 from tests.scenarios.harness import run_checked
@@ -34,6 +35,6 @@ class CheckedRealHarness(RealHarness):
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-async def test_scenario_on_real_apiserver(scenario: Scenario, kit: Path, tmp_path: Path) -> None:
+async def test_scenario_on_real_apiserver(scenario: Scenario, kit: Kit, tmp_path: Path) -> None:
     harness = await CheckedRealHarness.create(kit, tmp_path, annotations=scenario.annotations)
     await run_checked(harness, scenario.run, turn=SCENARIOS.index(scenario))

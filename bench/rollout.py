@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.conformance.kit import KitMissing, locate_kit, unpack
-from tests.conformance.mcc import P, bootstrapped, machine_config
+from tests.scenarios.pool import P, bootstrapped, machine_config
 from tests.simhost import IMAGE
 
 

@@ -6,20 +6,18 @@ ever signalled."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import random
 import signal
 import socket
-import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from tests.conformance import peers
+from tests.scenarios.pool import PoolBackend
 
 KIT_ENV = "IMAGE_MODE_AGENT_KIT"
 HOW_TO_GET_IT = (
@@ -119,7 +117,7 @@ async def _script(*argv: str, env: dict[str, str] | None = None, timeout: float 
 
 
 @dataclass
-class KitCluster:
+class KitCluster(PoolBackend):
     """One real API server (and optionally the MCC) in RUN DIR `run` on `port`."""
 
     kit: Kit
@@ -131,6 +129,12 @@ class KitCluster:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    def admin_token(self) -> str:
+        return (self.run / "pki/admin.token").read_text().strip()
+
+    def ca_file(self) -> Path:
+        return self.run / "pki/ca.crt"
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -160,15 +164,19 @@ class KitCluster:
                 if "in use" not in str(exc) or attempt == 2:
                     raise
 
+    controller = "the machine-config-controller"
+
+    async def apply_rbac(self, path: Path) -> None:
+        """As an operator applies it."""
+        await asyncio.to_thread(self.kubectl, "apply", "-f", str(path))
+
     async def mcc_up(self, workers: int, os_image: str) -> str:
         out = await self._kit_script("mcc-up", "--workers", str(workers), "--os-image", os_image)
         self.rendered = out.strip().splitlines()[-1]
         return self.rendered
 
     async def down(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.close_session()
         if (self.run / "kit.env").exists():
             await self._kit_script("cluster-down")
 
@@ -184,9 +192,7 @@ class KitCluster:
             if not Path(f"/proc/{pid}").exists():
                 break
             await asyncio.sleep(0.05)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.close_session()
 
     async def start_apiserver(self) -> None:
         """After kill_apiserver: the kit restarts a cluster only when all of it is down, so
@@ -205,46 +211,6 @@ class KitCluster:
             raise RuntimeError(f"kubectl {' '.join(args)}: {out.stderr.strip()}")
         return out.stdout
 
-    # -- the admin's REST client ------------------------------------------------------------
-    def _ssl(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.run / "pki/ca.crt"))
-
-    async def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            token = (self.run / "pki/admin.token").read_text().strip()
-            self._session = aiohttp.ClientSession(
-                headers={"Authorization": f"Bearer {token}"},
-                connector=aiohttp.TCPConnector(ssl=self._ssl()),
-                timeout=aiohttp.ClientTimeout(total=30),
-            )
-        return self._session
-
-    async def request(self, method: str, path: str, body: Any = None, *,
-                      content_type: str = "application/json",
-                      params: dict[str, str] | None = None) -> tuple[int, Any]:  # fmt: skip
-        session = await self.session()
-        async with session.request(method, self.url + path, json=body, params=params,
-                                   headers={"Content-Type": content_type}) as resp:  # fmt: skip
-            return resp.status, await resp.json(content_type=None)
-
-    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
-        status, data = await self.request(method, path, body, **kwargs)
-        if not 200 <= status < 300:
-            message = data.get("message") if isinstance(data, dict) else data
-            raise RuntimeError(f"{method} {path}: {status} {message}")
-        return data
-
-    async def get(self, path: str) -> dict[str, Any] | None:
-        status, data = await self.request("GET", path)
-        if status == 404:
-            return None
-        if status != 200:
-            raise RuntimeError(f"GET {path}: {status} {data}")
-        return data
-
-    async def merge_patch(self, path: str, body: dict[str, Any]) -> Any:
-        return await self.call("PATCH", path, body, content_type="application/merge-patch+json")
-
     async def token_for(self, service_account: str, namespace: str = MCO_NS,
                         seconds: int = 7200) -> str:  # fmt: skip
         """A service-account token from the TokenRequest API, as a projected token would be."""
@@ -252,16 +218,3 @@ class KitCluster:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                 "spec": {"expirationSeconds": seconds}}  # fmt: skip
         return (await self.call("POST", path, body))["status"]["token"]
-
-    def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
-        ca = base64.b64encode((self.run / "pki/ca.crt").read_bytes()).decode()
-        path.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: kit\n  cluster:\n    server: {self.url}\n"
-            f"    certificate-authority-data: {ca}\n"
-            f"users:\n- name: {user}\n  user:\n    token: {token}\n"
-            f"contexts:\n- name: kit\n  context: {{cluster: kit, user: {user}}}\n"
-            "current-context: kit\n"
-        )
-        path.chmod(0o600)
-        return path

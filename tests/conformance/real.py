@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import signal
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import aiohttp
 from agent.demo.loopback import make_host
 from tests.conformance.kit import MCO_NS, Kit, KitCluster
 from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness
+from tests.scenarios.rest import WatchRefused, admin_watch, collection, follow, put_object
 
 P = "machineconfiguration.openshift.io/"
 REPO = Path(__file__).resolve().parents[2]
@@ -33,94 +32,6 @@ AGENT_CRDS = (
 )
 # A kubelet always sets one annotation; the MCC panics on a Node with none.
 KUBELET_ANNOTATION = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
-_PATHS = {
-    ("v1", "Node"): "/api/v1/nodes",
-    ("v1", "Namespace"): "/api/v1/namespaces",
-    ("v1", "ConfigMap"): "/api/v1/namespaces/{namespace}/configmaps",
-    ("machineconfiguration.openshift.io/v1", "MachineConfig"):
-        "/apis/machineconfiguration.openshift.io/v1/machineconfigs",
-    ("machineconfiguration.openshift.io/v1", "ControllerConfig"):
-        "/apis/machineconfiguration.openshift.io/v1/controllerconfigs",
-    ("machineconfiguration.openshift.io/v1", "KubeletConfig"):
-        "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs",
-    ("operator.openshift.io/v1", "MachineConfiguration"):
-        "/apis/operator.openshift.io/v1/machineconfigurations",
-}  # fmt: skip
-_KINDS = {kind: path for (_, kind), path in _PATHS.items()}
-
-
-def collection(obj_or_kind: dict[str, Any] | str) -> str:
-    if isinstance(obj_or_kind, str):
-        return _KINDS[obj_or_kind]
-    path = _PATHS[(obj_or_kind["apiVersion"], obj_or_kind["kind"])]
-    return path.format(namespace=obj_or_kind["metadata"].get("namespace", ""))
-
-
-async def put_object(cluster: KitCluster, obj: dict[str, Any]) -> dict[str, Any]:
-    """Create, or replace what is there (keeping its resourceVersion), as an admin."""
-    base = collection(obj)
-    status, data = await cluster.request("POST", base, obj)
-    if status == 409:
-        name = obj["metadata"]["name"]
-        current = await cluster.call("GET", f"{base}/{name}")
-        body = {
-            **obj,
-            "metadata": {
-                **obj["metadata"],
-                "resourceVersion": current["metadata"]["resourceVersion"],
-            },
-        }
-        return await cluster.call("PUT", f"{base}/{name}", body)
-    if not 200 <= status < 300:
-        raise RuntimeError(f"POST {base}: {status} {data}")
-    return data
-
-
-class WatchRefused(RuntimeError):
-    """The server answered a watch request with an HTTP error before any event."""
-
-    def __init__(self, path: str, status: int, text: str) -> None:
-        super().__init__(f"watch {path}: {status} {text}")
-        self.status = status
-
-
-async def admin_watch(cluster: KitCluster, path: str, params: dict[str, str]):
-    """Watch events as an admin: one dict each, until the stream ends."""
-    session = await cluster.session()
-    query = {**params, "watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": "60"}
-    async with session.get(
-        cluster.url + path, params=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=90)
-    ) as resp:
-        if resp.status != 200:
-            raise WatchRefused(path, resp.status, await resp.text())
-        async for line in resp.content:
-            if line.strip():
-                yield json.loads(line)
-
-
-async def follow(cluster: KitCluster, path: str, params: dict[str, str],
-                 record: Callable[[dict[str, Any]], Awaitable[None]]) -> None:  # fmt: skip
-    """Every object of a collection as it is listed and as it changes, until cancelled: resume
-    from the last resourceVersion, relist on an ERROR event, and ride out server restarts."""
-    rv = ""
-    while True:
-        try:
-            if not rv:
-                listed = await cluster.call("GET", path, params=params)
-                rv = listed["metadata"]["resourceVersion"]
-                for item in listed["items"]:
-                    await record(item)
-            async for event in admin_watch(cluster, path, {**params, "resourceVersion": rv}):
-                if event["type"] == "ERROR":
-                    rv = ""  # 410 or 504: relist
-                    break
-                rv = event["object"]["metadata"]["resourceVersion"]
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    await record(event["object"])
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the server restarting: watch again from where we were
-            await asyncio.sleep(0.2)
 
 
 @dataclass

@@ -1,11 +1,13 @@
 """End to end with the real machine-config-controller: its render, node and drain controllers
-drive one agent per Node (simulated hosts booted on the cluster's osImageURL)."""
+drive one agent per Node (simulated hosts booted on the cluster's osImageURL). The pool
+scenarios (tests/scenarios/pool_rollouts.py) run here on the real controller and in the default
+run on its stand-ins; the two below need controllers that have no stand-in (the kubelet-config
+controller's render of a KubeletConfig, the template controller's observedGeneration)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import subprocess
 import time
 from pathlib import Path
@@ -13,106 +15,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conformance.kit import MCO_NS, Kit
-from tests.conformance.mcc import (
-    MC_PATH,
-    MCN_COLUMNS,
-    MccCluster,
-    P,
-    bootstrapped,
-    machine_config,
-)
+from tests.conformance.kit import MCO_NS, Kit, KitCluster
+from tests.scenarios.pool import MccCluster, P, bootstrapped
+from tests.scenarios.pool_rollouts import SCENARIOS, drains
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.peers("machine-config-controller")]
 KUBELETCONFIG_PATH = "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs"
 
 
-def updated_at(config: str):
-    """The MachineConfigNode row of a Node done with `config`: Updated, and every other phase
-    reset to False, as the MCD's upgrade monitor leaves it."""
-
-    def check(row: dict) -> bool:
-        others = [row[k] for k in MCN_COLUMNS if k != "Updated"]
-        return (row["Updated"] == "True" and row["CurrentConfig"] == config
-                and row["DesiredConfig"] == config and row["PoolName"] == "worker"
-                and all(v == "False" for v in others))  # fmt: skip
-
-    return check
-
-
-def drains(mcc: MccCluster, node: str, key: str = "desiredDrain") -> list[str]:
-    """Every value the annotation took on the Node, in order."""
-    values: list[str] = []
-    for s in mcc.samples:
-        value = s.annotations.get(P + key)
-        if s.node == node and value and (not values or values[-1] != value):
-            values.append(value)
-    return values
-
-
-async def test_bootstrap_ssh_key_then_image_update(kit: Kit, tmp_path: Path,
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
+async def test_pool_scenario_on_the_real_controller(scenario, kit: Kit, tmp_path: Path,
                                                    figures: list[str]) -> None:  # fmt: skip
-    mcc = await MccCluster.create(kit, tmp_path, workers=1)
-    try:
-        node = mcc.nodes["worker-0"]
-        t = time.monotonic()
-        mcc.start_agents()
-        r0 = await mcc.wait_updated(mcc.bootstrap_config)
-        figures.append(f"bootstrap: pool Updated {time.monotonic() - t:.1f} s after the agent "
-                       "started (first-boot annotations from node-annotations.json)")  # fmt: skip
-
-        # An SSH key: live, no drain, no reboot.
-        t = await mcc.apply(machine_config("99-worker-ssh", keys=["ssh-ed25519 AAAA-conf"]))
-        r1 = await mcc.wait_new_rendered(r0)
-        await mcc.wait_updated(r1)
-        total, share = time.monotonic() - t, mcc.agent_share("worker-0", r1, t)
-        figures.append(
-            f"ssh-key MachineConfig: pool Updated {total:.1f} s after its creation; "
-            f"agent share (desiredConfig seen -> Done) {share * 1000:.0f} ms"
-        )
-        keys = node.sim.root / "home/core/.ssh/authorized_keys.d/ignition"
-        assert keys.read_text() == "ssh-ed25519 AAAA-conf\n"
-        assert node.reboots() == 0 and drains(mcc, "worker-0") == []
-        await mcc.wait_mcn("worker-0", updated_at(r1), f"Updated at {r1}")
-        start = len(mcc.mcn_rows["worker-0"])
-
-        # A new osImageURL: staged, drained by the real drain controller, one reboot.
-        t = await mcc.apply(machine_config("99-worker-os", os_image=node.images["v2"]))
-        r2 = await mcc.wait_new_rendered(r1)
-        await mcc.wait_updated(r2)
-        total, share = time.monotonic() - t, mcc.agent_share("worker-0", r2, t)
-        waits = mcc.drain_controller_wait("worker-0", r2, t)
-        figures.append(
-            f"osImageURL MachineConfig: pool Updated {total:.1f} s after its "
-            f"creation; agent share {share:.1f} s, of which {waits:.1f} s waiting for "
-            "the drain controller's drain and uncordon (staging, one reboot)"
-        )
-        assert node.booted() == node.images["v2"].split("@")[1]
-        assert node.reboots() == 1 and node.starts == 2
-        assert drains(mcc, "worker-0") == [f"drain-{r2}", f"uncordon-{r2}"]
-        assert drains(mcc, "worker-0", "lastAppliedDrain") == [f"drain-{r2}", f"uncordon-{r2}"]
-        assert any(s.unschedulable for s in mcc.samples if s.node == "worker-0")
-        final = await mcc.node("worker-0")
-        assert not final["spec"].get("unschedulable")
-        assert final["metadata"]["annotations"][P + "state"] == "Done"
-        assert keys.read_text() == "ssh-ed25519 AAAA-conf\n"
-        # The MachineConfigNode through the update, as `oc get machineconfignode` shows it.
-        await mcc.wait_mcn("worker-0", updated_at(r2), f"Updated at {r2}")
-        rows = mcc.mcn_rows["worker-0"][start:]
-        assert any(r["Updated"] == "False" and r["UpdatePrepared"] == "True" for r in rows)
-        assert any(r["UpdateExecuted"] == "Unknown" for r in rows)
-        assert any(r["Drained"] == "True" for r in rows)
-        rebooted = [r["RebootedNode"] for r in rows if r["RebootedNode"] != "False"]
-        assert rebooted[:1] == ["Unknown"] and "True" in rebooted
-        assert any(r["Resumed"] == "True" for r in rows)
-        assert any(r["UpdateComplete"] == "True" and r["Uncordoned"] == "True" for r in rows)
-    finally:
-        await mcc.close()
+    await scenario(KitCluster(kit, tmp_path / "cluster"), tmp_path, figures)
 
 
 async def test_kubeletconfig_refused_then_healed(kit: Kit, tmp_path: Path,
                                                 figures: list[str]) -> None:  # fmt: skip
-    async with bootstrapped(kit, tmp_path, workers=1) as (mcc, r0):
+    cluster = KitCluster(kit, tmp_path / "cluster")
+    async with bootstrapped(cluster, tmp_path, workers=1) as (mcc, r0):
         node = mcc.nodes["worker-0"]
         t = await mcc.apply({
             "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "KubeletConfig",
@@ -144,102 +64,6 @@ async def test_kubeletconfig_refused_then_healed(kit: Kit, tmp_path: Path,
         assert node.reboots() == 0
 
 
-async def test_bad_image_rolled_back_then_healed(kit: Kit, tmp_path: Path,
-                                                figures: list[str]) -> None:  # fmt: skip
-    async with bootstrapped(kit, tmp_path, workers=1) as (mcc, r0):
-        node = mcc.nodes["worker-0"]
-        t = await mcc.apply(machine_config("99-worker-os", os_image=node.images["bad"]))
-        r1 = await mcc.wait_new_rendered(r0)
-        pool = await mcc.wait_degraded()
-        figures.append(
-            f"bad image: pool Degraded {time.monotonic() - t:.1f} s after the "
-            "MachineConfig (staged, drained, booted, check failed, rolled back)"
-        )
-        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
-        assert annotations[P + "currentConfig"] == r0
-        assert "rolled back to" in annotations[P + "reason"]
-        assert node.booted() == node.images["v1"].split("@")[1]
-        assert node.reboots() == 2
-        messages = " ".join(c.get("message", "") for c in pool["status"]["conditions"])
-        assert "rolled back" in messages
-        await mcc.wait_mcn("worker-0", lambda r: r["NodeDegraded"] == "True", "NodeDegraded")
-
-        t = time.monotonic()
-        await mcc.delete(f"{MC_PATH}/99-worker-os")
-        await mcc.wait_updated(r0)
-        figures.append(f"bad image MachineConfig deleted: pool Updated again "
-                       f"{time.monotonic() - t:.1f} s later")  # fmt: skip
-        final = await mcc.node("worker-0")
-        assert final["metadata"]["annotations"][P + "state"] == "Done"
-        assert not final["spec"].get("unschedulable")
-        assert node.reboots() == 2  # healing the pool needed no further reboot
-        assert drains(mcc, "worker-0")[:2] == [f"drain-{r1}", f"uncordon-{r0}"]
-        await mcc.wait_mcn("worker-0", updated_at(r0), f"Updated at {r0} again")
-
-
-async def test_three_nodes_roll_one_at_a_time(kit: Kit, tmp_path: Path,
-                                             figures: list[str]) -> None:  # fmt: skip
-    async with bootstrapped(kit, tmp_path, workers=3) as (mcc, r0):
-        image = mcc.nodes["worker-0"].images["v2"]
-        t = await mcc.apply(machine_config("99-worker-os", os_image=image))
-        r1 = await mcc.wait_new_rendered(r0)
-        await mcc.wait_updated(r1, timeout=300)
-        total = time.monotonic() - t
-        shares = [mcc.agent_share(n, r1, t) for n in sorted(mcc.nodes)]
-        waits = [mcc.drain_controller_wait(n, r1, t) for n in sorted(mcc.nodes)]
-        figures.append(f"3-node pool, maxUnavailable 1, image update: pool Updated {total:.1f} s "
-                       "after the MachineConfig; agent shares "
-                       + ", ".join(f"{s:.1f}" for s in shares) + " s (drain controller waits "
-                       + ", ".join(f"{w:.1f}" for w in waits) + " s)")  # fmt: skip
-        assert mcc.most_unavailable(after=t) == 1
-        for name, node in mcc.nodes.items():
-            assert node.booted() == image.split("@")[1], name
-            assert node.reboots() == 1, name
-            await mcc.wait_mcn(name, updated_at(r1), f"Updated at {r1}")
-        # One at a time: each Node's update window ends before the next one's starts.
-        windows = sorted(
-            (mcc.first(n, lambda a: a.get(P + "desiredConfig") == r1, t),
-             mcc.first(n, lambda a: a.get(P + "currentConfig") == r1
-                       and a.get(P + "state") == "Done", t))
-            for n in mcc.nodes
-        )  # fmt: skip
-        for (_, end), (start, _) in itertools.pairwise(windows):
-            assert end <= start
-
-
-async def test_pool_target_prestaged_before_each_nodes_turn(kit: Kit, tmp_path: Path,
-                                                          figures: list[str]) -> None:  # fmt: skip
-    async with bootstrapped(kit, tmp_path, workers=3,
-                            agent_args=["--prestage-jitter", "0"]) as (mcc, r0):  # fmt: skip
-        image = mcc.nodes["worker-0"].images["slow"]  # each host's pull takes 4 s
-        digest = image.split("@")[1]
-        t = await mcc.apply(machine_config("99-worker-os", os_image=image))
-        r1 = await mcc.wait_new_rendered(r0)
-
-        async def staged_at_turn(name: str) -> bool:
-            """Whether the host held the image staged when the controller picked its Node."""
-            await mcc.wait_annotation(name, P + "desiredConfig", r1, timeout=300)
-            staged = mcc.nodes[name].sim.status_document()["status"]["staged"] or {}
-            staged_digest = (staged.get("image") or {}).get("imageDigest")
-            return staged_digest == digest and staged.get("downloadOnly") is True
-
-        found = await asyncio.gather(*(staged_at_turn(n) for n in sorted(mcc.nodes)))
-        await mcc.wait_updated(r1, timeout=300)
-        total = time.monotonic() - t
-        shares = [mcc.agent_share(n, r1, t) for n in sorted(mcc.nodes)]
-        figures.append(f"3-node pool, pre-staged image (4 s pulls): pool Updated {total:.1f} s "
-                       "after the MachineConfig; unavailable windows "
-                       + ", ".join(f"{s:.1f}" for s in shares) + " s")  # fmt: skip
-        # The first Node's turn comes with the pool's new target; the others found it staged.
-        assert sum(found) >= len(mcc.nodes) - 1, found
-        assert mcc.most_unavailable(after=t) == 1
-        for name, node in mcc.nodes.items():
-            pulls = [a for a in node.sim.actions() if a["kind"] == "pull" and digest in a["detail"]]
-            assert len(pulls) == 3, (name, pulls)  # three layers, each fetched once
-            assert node.booted() == digest and node.reboots() == 1, name
-            await mcc.wait_mcn(name, updated_at(r1), f"Updated at {r1}")
-
-
 def _ca(directory: Path, name: str) -> bytes:
     """A real self-signed CA certificate (PEM), as the kube-apiserver operator's signers are."""
     key, crt = directory / f"{name}.key", directory / f"{name}.crt"
@@ -266,7 +90,7 @@ async def test_serving_ca_rotation_rewrites_the_kubeconfigs(kit: Kit, tmp_path: 
     syncControllerConfig): the bundle into ConfigMap kubeconfig-data, then the ControllerConfig
     annotation service-ca-rotate=true; the agent rewrites the CA data of both kubeconfigs and
     restarts the kubelet once, as the MCD's certificate writer does."""
-    mcc = await MccCluster.create(kit, tmp_path, workers=1)
+    mcc = await MccCluster.create(KitCluster(kit, tmp_path / "cluster"), tmp_path, workers=1)
     try:
         node = mcc.nodes["worker-0"]
         old, new = _ca(tmp_path, "kube-apiserver-service-network-signer"), _ca(tmp_path, "next")

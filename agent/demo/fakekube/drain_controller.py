@@ -8,7 +8,9 @@ The real controller (see the reference notes) answers a Node annotation
 * `uncordon-<cfg>`: uncordon, then echo the value into `lastAppliedDrain`.
 
 This simulator does the same through the in-process store API (no HTTP, no identity), after
-`delay` seconds (the real one took ~5 s). With `evict_pods=True` draining also evicts the
+`delay` seconds (the real one took ~5 s), and writes the MachineConfigNode conditions the real
+one writes at each step (mcn_status.py: Cordoned, Drained, Uncordoned with their parents).
+With `evict_pods=True` draining also evicts the
 node's pods through the eviction logic, retrying while a PDB says 429, as `oc adm drain` does;
 DaemonSet pods and mirror pods are skipped.
 """
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
+from . import mcn_status
 from .disruption import evict
 from .errors import ApiError
 from .store import Change
@@ -105,12 +108,19 @@ class DrainController:
         current = self.kube.try_get("nodes", node)
         if current is None or _annotation(current, DESIRED_DRAIN) != value:
             return  # node gone, or superseded by a newer request
+        # The real controller words its conditions with the Node as it read it, before acting.
+        was_unschedulable = bool(current.get("spec", {}).get("unschedulable"))
         if value.startswith("drain-"):
             self.kube.patch("nodes", node, {"spec": {"unschedulable": True}})
+            mcn_status.apply(self.kube, current, mcn_status.cordoned(was_unschedulable))
+            last = _annotation(current, LAST_APPLIED_DRAIN) or ""
+            mcn_status.apply(self.kube, current, mcn_status.draining(value, last))
             if self.evict_pods:
                 await self._drain(node)
+            mcn_status.apply(self.kube, current, mcn_status.drained(value))
         elif value.startswith("uncordon-"):
             self.kube.patch("nodes", node, {"spec": {"unschedulable": None}})
+            mcn_status.apply(self.kube, current, mcn_status.uncordoned(was_unschedulable))
         if _annotation(self.kube.try_get("nodes", node), DESIRED_DRAIN) != value:
             return
         self.kube.patch_annotations("nodes", node, {LAST_APPLIED_DRAIN: value})

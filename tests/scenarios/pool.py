@@ -1,6 +1,9 @@
-"""The real machine-config-controller driving real agent processes: a kit cluster with the MCC,
-one simulated host per Node booted on the cluster's osImageURL, and one supervisor per Node
-that restarts the agent after each simulated reboot (as systemd would), counting boots.
+"""A pool's controller driving real agent processes: one simulated host per Node booted on the
+cluster's osImageURL, and one supervisor per Node that restarts the agent after each simulated
+reboot (as systemd would), counting boots. The controller is the real machine-config-controller
+on the kit's kube-apiserver (tests/conformance/kit.py KitCluster), or the stand-ins of its
+render, node and drain controllers on the project's loopback API server
+(tests/scenarios/standin.py StandInCluster): both are a `PoolBackend`.
 
 An admin watch over all Nodes records every change with its time, so a test can measure the
 rollout (MachineConfig created → pool Updated) and each agent's share (desiredConfig seen →
@@ -19,8 +22,10 @@ from typing import Any
 
 from agent.demo.loopback import make_host
 from agent.host.simulated import SimulatedHost
-from tests.conformance.kit import MCO_NS, Kit, KitCluster
-from tests.conformance.real import REPO, follow, put_object
+from tests.scenarios.rest import AdminClient, follow, put_object
+
+REPO = Path(__file__).resolve().parents[2]
+MCO_NS = "openshift-machine-config-operator"
 
 P = "machineconfiguration.openshift.io/"
 MC_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigs"
@@ -65,9 +70,36 @@ class Sample:
         return self.unschedulable or (not done and state not in ("Degraded", "Unreconcilable"))
 
 
+class PoolBackend(AdminClient):
+    """An API server with a pool controller: what MccCluster needs of it."""
+
+    controller = ""  # which controller drives the pool, for the figures and the bench
+
+    async def up(self) -> None:
+        raise NotImplementedError
+
+    async def down(self) -> None:
+        raise NotImplementedError
+
+    async def mcc_up(self, workers: int, os_image: str) -> str:
+        """Pools, ControllerConfig, Nodes worker-0..N-1 and the controller; returns the
+        worker pool's first rendered config."""
+        raise NotImplementedError
+
+    async def apply_rbac(self, path: Path) -> None:
+        """deploy/rbac.yaml, as an operator applies it."""
+        raise NotImplementedError
+
+    async def token_for(self, service_account: str, namespace: str = MCO_NS) -> str:
+        raise NotImplementedError
+
+    def node_kubeconfig(self, node: str) -> Path:
+        raise NotImplementedError
+
+
 @dataclass
 class MccCluster:
-    cluster: KitCluster
+    cluster: PoolBackend
     base: Path
     nodes: dict[str, NodeHost] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
@@ -75,12 +107,13 @@ class MccCluster:
     agent_args: list[str] = field(default_factory=list)  # added to every agent's command
     logs: bool = False  # each agent's info log into BASE/logs/NODE.log (JSON lines)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _bootstrap_config: str = ""
 
     @classmethod
-    async def create(cls, kit: Kit, base: Path, workers: int = 1, *,
+    async def create(cls, cluster: PoolBackend, base: Path, workers: int = 1, *,
                      agent_args: list[str] | None = None,
                      logs: bool = False) -> MccCluster:  # fmt: skip
-        cluster = KitCluster(kit, base / "cluster")
+        """`cluster` not started yet: started here, and stopped by `close`."""
         await cluster.up()
         mcc = cls(cluster, base, agent_args=list(agent_args or []), logs=logs)
         try:
@@ -96,9 +129,8 @@ class MccCluster:
             self.nodes[f"worker-{k}"] = NodeHost(f"worker-{k}", sim, images)
         first = next(iter(self.nodes.values()))
         # The cluster's osImageURL is the image every host booted: no OS update at bootstrap.
-        rendered = await self.cluster.mcc_up(workers, first.images["v1"])
-        await asyncio.to_thread(self.cluster.kubectl, "apply", "-f",
-                                str(REPO / "deploy/rbac.yaml"))  # fmt: skip
+        rendered = self._bootstrap_config = await self.cluster.mcc_up(workers, first.images["v1"])
+        await self.cluster.apply_rbac(REPO / "deploy/rbac.yaml")
         token = await self.cluster.token_for("image-mode-agent")
         user = f"system:serviceaccount:{MCO_NS}:image-mode-agent"
         self.cluster.write_kubeconfig(self.base / "sa.kubeconfig", user, token)
@@ -113,7 +145,7 @@ class MccCluster:
 
     @property
     def bootstrap_config(self) -> str:
-        return self.cluster.rendered
+        return self._bootstrap_config
 
     # -- the agents -------------------------------------------------------------------------
     def start_agents(self) -> None:
@@ -348,11 +380,11 @@ class MccCluster:
 
 
 @contextlib.asynccontextmanager
-async def bootstrapped(kit: Kit, base: Path, workers: int = 1, **options: Any):
+async def bootstrapped(cluster: PoolBackend, base: Path, workers: int = 1, **options: Any):
     """A cluster whose agents run and whose pool is Updated at its first rendered config:
     yields (the cluster, that config), and stops everything afterwards. `options`: those of
     `MccCluster.create` (agent_args, logs)."""
-    mcc = await MccCluster.create(kit, base, workers, **options)
+    mcc = await MccCluster.create(cluster, base, workers, **options)
     try:
         mcc.start_agents()
         yield mcc, await mcc.wait_updated(mcc.bootstrap_config)

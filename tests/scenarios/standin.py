@@ -1,0 +1,117 @@
+"""A pool backend with no peer binaries: the project's loopback API server (agent/demo/fakekube)
+with the stand-ins of the machine-config-controller's render, node and drain controllers, set up
+as the kit's `mcc-up` sets up the real one (its objects as lib/gen-objects.py writes them: the
+master and worker pools, the ControllerConfig, Nodes worker-0..N-1 Ready with a kubelet's
+annotation, one kubeconfig per Node identity). The pool scenarios and bench/rollout.py run on it
+when no machine-config-controller was supplied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from agent.demo.fakekube import FakeKube
+from agent.demo.fakekube.node_controller import NodeController
+from agent.demo.fakekube.render_controller import RenderController
+from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES
+from tests.scenarios.pool import MCO_NS, PoolBackend
+
+MCA = "machineconfiguration.openshift.io"
+# A kubelet always sets one annotation (the kit's Nodes carry it too).
+KUBELET_ANNOTATION = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+         "message": "kubelet is posting ready status (written by the test)"}  # fmt: skip
+
+
+def pool_object(name: str, extra_labels: dict[str, str]) -> dict:
+    labels = {f"{MCA}/mco-built-in": "", f"pools.operator.{MCA}/{name}": "", **extra_labels}
+    nodes = {"matchLabels": {f"node-role.kubernetes.io/{name}": ""}}
+    return {"apiVersion": f"{MCA}/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"machineConfigSelector": {"matchLabels": {f"{MCA}/role": name}},
+                     "nodeSelector": nodes}}  # fmt: skip
+
+
+def node_object(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": dict(KUBELET_ANNOTATION),
+                         "labels": {"node-role.kubernetes.io/worker": "",
+                                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64"}},
+            "spec": {}, "status": {"conditions": [READY]}}  # fmt: skip
+
+
+def base_config(role: str) -> dict:
+    """What the template controller's `00-<role>` carries that matters here: an Ignition
+    config of the version the real templates use."""
+    return {"apiVersion": f"{MCA}/v1", "kind": "MachineConfig",
+            "metadata": {"name": f"00-{role}", "labels": {f"{MCA}/role": role}},
+            "spec": {"config": {"ignition": {"version": "3.5.0"}}}}  # fmt: skip
+
+
+@dataclass
+class StandInCluster(PoolBackend):
+    base: Path
+    # The real drain controller answered in about 5 s; a fraction keeps the handshake's order
+    # (the agent waits for the answer) without the wait.
+    drain_delay: float = 0.3
+    kube: FakeKube = field(default_factory=lambda: FakeKube(bookmark_interval=0.5))
+    controllers: list = field(default_factory=list)
+    _session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    controller = "stand-ins of the controller's render, node and drain controllers"
+
+    @property
+    def url(self) -> str:
+        return self.kube.url
+
+    def admin_token(self) -> str:
+        return self.kube.token_for()
+
+    async def up(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        await self.kube.start()
+
+    async def mcc_up(self, workers: int, os_image: str) -> str:
+        kube = self.kube
+        kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MCO_NS}})
+        kube.put({"apiVersion": f"{MCA}/v1", "kind": "ControllerConfig",
+                  "metadata": {"name": "machine-config-controller"},
+                  "spec": {"osImageURL": os_image}})  # fmt: skip
+        kube.put(pool_object("master", {f"operator.{MCA}/required-for-upgrade": ""}))
+        kube.put(pool_object("worker", {}))
+        for role in ("master", "worker"):
+            kube.put(base_config(role))
+        for k in range(workers):
+            name = f"worker-{k}"
+            kube.put(node_object(name))
+            kube.write_kubeconfig(self.node_kubeconfig(name), kube.node_identity(name))
+        self.controllers = [RenderController(kube), NodeController(kube)]
+        for controller in self.controllers:
+            controller.start()
+        kube.enable_drain_controller(delay=self.drain_delay)
+        pool = await kube.wait_for(
+            "machineconfigpools", "worker",
+            lambda p: bool(p and p["spec"].get("configuration", {}).get("name")), timeout=10,
+        )  # fmt: skip
+        return pool["spec"]["configuration"]["name"]
+
+    async def apply_rbac(self, path: Path) -> None:
+        """The service account's grants: deploy/rbac.yaml's, as the loopback server models
+        them (cluster-wide rules; the ConfigMap one in every namespace)."""
+        self.kube.service_account(MCO_NS, "image-mode-agent", SA_RULES + NAMESPACED_SA_RULES)
+
+    async def token_for(self, service_account: str, namespace: str = MCO_NS) -> str:
+        return self.kube.token_for(f"system:serviceaccount:{namespace}:{service_account}")
+
+    def node_kubeconfig(self, node: str) -> Path:
+        return self.base / f"node-{node}.kubeconfig"
+
+    async def down(self) -> None:
+        for controller in self.controllers:
+            controller.stop()
+        self.kube.disable_drain_controller()
+        await self.close_session()
+        await self.kube.stop()

@@ -1,0 +1,21 @@
+"""The pool scenarios (tests/scenarios/pool_rollouts.py) on the project's loopback API server,
+driven by the stand-ins of the machine-config-controller's render, node and drain controllers
+(agent/demo/fakekube); the conformance tier runs the same definitions on the real controller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.scenarios.pool_rollouts import SCENARIOS
+from tests.scenarios.standin import StandInCluster
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
+async def test_pool_scenario_on_the_standins(scenario, tmp_path: Path) -> None:
+    figures: list[str] = []
+    await scenario(StandInCluster(tmp_path / "cluster"), tmp_path, figures)
+    assert figures  # each scenario measured what it reports

@@ -19,6 +19,7 @@ the custom-pool-booted filter (nodes here carry no such annotation)."""
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -117,7 +118,7 @@ def max_unavailable(pool: Obj, count: int) -> int:
     if value is None:
         value = 1
     if isinstance(value, str):
-        if not value.endswith("%"):
+        if not re.fullmatch(r"[+-]?\d+%", value):  # intstr: Atoi of the text before the "%"
             raise ValueError(f"maxUnavailable: invalid value for IntOrString: {value!r}")
         value = math.floor(int(value[:-1]) * count / 100)
     return max(int(value), 1)

@@ -1,11 +1,18 @@
-"""Benchmark: a pool's OS image rollout on the real machine-config-controller, with pool-wide
-pre-staging (`--prestage pool`) and without it (`--prestage off`), in one run.
+"""Benchmark: a pool's OS image rollout, with pool-wide pre-staging (`--prestage pool`) and
+without it (`--prestage off`), in one run.
 
-    IMAGE_MODE_AGENT_KIT=../shared/kit python bench/rollout.py [--nodes 6] [--pull 20 ...]
+    python bench/rollout.py [--nodes 6] [--pull 20 ...] [--controller auto|real|standin]
 
-For each pull time P and each mode, a fresh kit cluster (kube-apiserver, etcd, the
-machine-config-controller) with N worker Nodes, one simulated host and one real agent process
-per Node (restarted after each simulated reboot, as systemd would), pool `maxUnavailable: 1`.
+The pool is driven by the real machine-config-controller on the kit's kube-apiserver when the
+peer binaries were supplied (KIT_BIN with kube-apiserver, etcd, kubectl and
+machine-config-controller; tests/conformance/README.md), otherwise by the stand-ins of its
+render, node and drain controllers on the project's loopback API server (agent/demo/fakekube:
+the node controller picks candidates as the real one does). The first line printed names the
+controller used; `--controller real` fails without the binaries instead of falling back.
+
+For each pull time P and each mode, a fresh cluster with N worker Nodes, one simulated host
+and one real agent process per Node (restarted after each simulated reboot, as systemd would),
+pool `maxUnavailable: 1`.
 Each host's pull of the new image takes P seconds. Once the pool is Updated at its first config,
 the agents are restarted (fresh request counters), then a MachineConfig changes osImageURL; the
 figure is the seconds from that MachineConfig to the pool Updated at the new rendered config.
@@ -33,8 +40,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conformance.kit import KitMissing, locate_kit, unpack
-from tests.scenarios.pool import P, bootstrapped, machine_config
+from tests.conformance import peers
+from tests.conformance.kit import Kit, KitCluster, KitMissing, locate_kit, prepare
+from tests.scenarios.pool import P, PoolBackend, bootstrapped, machine_config
+from tests.scenarios.standin import StandInCluster
 from tests.simhost import IMAGE
 
 
@@ -54,10 +63,28 @@ def progress(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-async def one_rollout(kit: Path, base: Path, nodes: int, pull: float, mode: str,
+def backend(kit: Kit | None, base: Path) -> PoolBackend:
+    """A cluster not started yet: the real controller's when the binaries were supplied."""
+    return KitCluster(kit, base / "cluster") if kit else StandInCluster(base / "cluster")
+
+
+def find_real_controller(choice: str, folder: Path) -> tuple[Kit | None, str]:
+    """The kit with every binary the real controller needs, or None and why not."""
+    if choice == "standin":
+        return None, "--controller standin"
+    try:
+        kit = prepare(locate_kit(), folder)
+    except KitMissing as exc:
+        return None, str(exc)
+    reason = peers.why_not_run(kit.found, (peers.MCC,))
+    return (None, reason) if reason else (kit, "")
+
+
+async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode: str,
                       jitter: float) -> Run:  # fmt: skip
     args = ["--prestage", mode, "--prestage-jitter", str(jitter)]
-    async with bootstrapped(kit, base, nodes, agent_args=args, logs=True) as (mcc, first):
+    cluster = backend(kit, base)
+    async with bootstrapped(cluster, base, nodes, agent_args=args, logs=True) as (mcc, first):
         image = ""
         for node in mcc.nodes.values():  # the same manifest on every host: the same digest
             files = {"usr/lib/app/healthy": "yes"}
@@ -108,13 +135,14 @@ def report(run: Run) -> None:
           f"writes {min(writes)}-{max(writes)}")  # fmt: skip
 
 
-async def main(nodes: int, pulls: list[float], jitter: float) -> int:
-    try:
-        kit = locate_kit()
-        unpack(kit)
-    except KitMissing as exc:
-        print(f"rollout: not run: {exc}", file=sys.stderr)
+async def main(nodes: int, pulls: list[float], jitter: float, controller: str) -> int:
+    kit, why = find_real_controller(controller, Path(tempfile.mkdtemp(prefix="bench-peers-")))
+    if kit is None and controller == "real":
+        print(f"rollout: not run: {why}", file=sys.stderr)
         return 2
+    used = (KitCluster if kit else StandInCluster).controller
+    where = "the kit's kube-apiserver" if kit else f"the loopback API server ({why})"
+    print(f"controller: {used}, on {where}", flush=True)
     failed = False
     for pull in pulls:
         runs = {}
@@ -146,7 +174,10 @@ if __name__ == "__main__":
                         help="seconds each host's pull takes (repeatable; default 20)")  # fmt: skip
     parser.add_argument("--jitter", type=float, default=10.0,
                         help="--prestage-jitter of the agents (seconds)")  # fmt: skip
+    parser.add_argument("--controller", choices=("auto", "real", "standin"), default="auto",
+                        help="auto: the real one when its binaries were supplied")  # fmt: skip
     options = parser.parse_args()
     os.environ.setdefault("IMAGE_MODE_AGENT_KIT", str(Path(__file__).resolve().parents[2]
                                                       / "shared/kit"))  # fmt: skip
-    sys.exit(asyncio.run(main(options.nodes, options.pull or [20.0], options.jitter)))
+    sys.exit(asyncio.run(main(options.nodes, options.pull or [20.0], options.jitter,
+                              options.controller)))  # fmt: skip

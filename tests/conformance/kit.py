@@ -13,11 +13,13 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from tests.conformance import peers
 from tests.scenarios.pool import PoolBackend
+from tests.scenarios.rest import put_object
 
 KIT_ENV = "IMAGE_MODE_AGENT_KIT"
 HOW_TO_GET_IT = (
@@ -25,6 +27,7 @@ HOW_TO_GET_IT = (
     "../shared/kit beside the repository; it holds cluster-up, mcc-up, crds/ and a README)"
 )
 MCO_NS = "openshift-machine-config-operator"
+MCA = "machineconfiguration.openshift.io"
 SCRIPT_TIMEOUT = 180.0
 
 
@@ -169,6 +172,28 @@ class KitCluster(PoolBackend):
     async def apply_rbac(self, path: Path) -> None:
         """As an operator applies it."""
         await asyncio.to_thread(self.kubectl, "apply", "-f", str(path))
+
+    async def add_kubelet_config(self, name: str, kubelet_config: dict[str, Any]) -> None:
+        """The real kubelet-config controller renders it into 99-worker-generated-kubelet."""
+        await put_object(self, {
+            "apiVersion": f"{MCA}/v1", "kind": "KubeletConfig", "metadata": {"name": name},
+            "spec": {"machineConfigPoolSelector": {"matchLabels": {
+                         f"pools.operator.{MCA}/worker": ""}},
+                     "kubeletConfig": kubelet_config},
+        })  # fmt: skip
+
+    async def delete_kubelet_config(self, name: str) -> None:
+        await self.call("DELETE", f"/apis/{MCA}/v1/kubeletconfigs/{name}")
+
+    async def controller_config_seen(self, timeout: float = 60.0) -> None:
+        """Until the template controller has processed the ControllerConfig's spec."""
+        path = f"/apis/{MCA}/v1/controllerconfigs/machine-config-controller"
+        async with asyncio.timeout(timeout):
+            while True:
+                cc = await self.call("GET", path)
+                if cc.get("status", {}).get("observedGeneration") == cc["metadata"]["generation"]:
+                    return
+                await asyncio.sleep(0.2)
 
     async def mcc_up(self, workers: int, os_image: str) -> str:
         out = await self._kit_script("mcc-up", "--workers", str(workers), "--os-image", os_image)

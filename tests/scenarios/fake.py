@@ -8,11 +8,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.demo.fakekube import Change, FakeKube
-from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES, Cluster, make_host
+import yaml
+
+from agent.demo.fakekube import Change, FakeKube, Rule, service_account_rules
+from agent.demo.loopback import Cluster, make_host
 from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, logged, wait_logged
 
 P = "machineconfiguration.openshift.io/"
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+MCO_NS = "openshift-machine-config-operator"
+AGENT_SA = "image-mode-agent"
+
+
+def agent_rules() -> list[Rule]:
+    """What deploy/rbac.yaml grants the agent's service account, as the conformance harness
+    applies it for real (namespaced Role and resourceNames included)."""
+    return service_account_rules(yaml.safe_load_all(RBAC.read_text()), MCO_NS, AGENT_SA)
 
 
 def annotation_tracker(key: str, values: list[str]) -> Callable[[Change], None]:
@@ -76,8 +87,7 @@ class FakeHarness(Harness):
                       DEFAULT_ANNOTATIONS if annotations is None else annotations)},
                   "spec": {}})  # fmt: skip
         kube.write_kubeconfig(base / "node.kubeconfig", kube.node_identity(h.node))
-        sa = kube.service_account("openshift-machine-config-operator", "image-mode-agent",
-                                  SA_RULES + NAMESPACED_SA_RULES)  # fmt: skip
+        sa = kube.service_account(MCO_NS, AGENT_SA, agent_rules())
         kube.write_kubeconfig(base / "sa.kubeconfig", sa)
         return h
 

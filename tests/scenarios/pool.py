@@ -96,6 +96,21 @@ class PoolBackend(AdminClient):
     def node_kubeconfig(self, node: str) -> Path:
         raise NotImplementedError
 
+    # A change that should cause no render has no event to wait on: the scenarios wait this
+    # long after the controllers have seen it (the real ones requeue about every 5 s).
+    requeue_period = 6.0
+
+    async def add_kubelet_config(self, name: str, kubelet_config: dict[str, Any]) -> None:
+        """A KubeletConfig for the worker pool, and what its controller makes of it."""
+        raise NotImplementedError
+
+    async def delete_kubelet_config(self, name: str) -> None:
+        raise NotImplementedError
+
+    async def controller_config_seen(self, timeout: float = 60.0) -> None:
+        """Until the controllers have processed the ControllerConfig's spec."""
+        raise NotImplementedError
+
 
 @dataclass
 class MccCluster:
@@ -339,16 +354,6 @@ class MccCluster:
         listed = await self.cluster.call("GET", MC_PATH)
         return {mc["metadata"]["name"] for mc in listed["items"]
                 if mc["metadata"]["name"].startswith("rendered-")}  # fmt: skip
-
-    async def wait_controller_config_observed(self, timeout: float = 60.0) -> None:
-        """Until the MCC's template controller has processed the ControllerConfig's spec."""
-        path = f"{CC_PATH}/machine-config-controller"
-        async with asyncio.timeout(timeout):
-            while True:
-                cc = await self.cluster.call("GET", path)
-                if cc.get("status", {}).get("observedGeneration") == cc["metadata"]["generation"]:
-                    return
-                await asyncio.sleep(0.2)
 
     @staticmethod
     async def wait_file(path: Path, contents: bytes, timeout: float = 60.0) -> None:

@@ -7,13 +7,18 @@ a list to append its measured figures to."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
+import subprocess
 import time
 from pathlib import Path
+
+import yaml
 
 from tests.scenarios.pool import (
     MC_PATH,
     MCN_COLUMNS,
+    MCO_NS,
     MccCluster,
     P,
     PoolBackend,
@@ -205,9 +210,125 @@ async def pool_target_prestaged_before_each_nodes_turn(
             await mcc.wait_mcn(name, updated_at(r1), f"Updated at {r1}")
 
 
+async def kubelet_config_refused_then_healed(
+    cluster: PoolBackend, base: Path, figures: list[str]
+) -> None:
+    async with bootstrapped(cluster, base, workers=1) as (mcc, r0):
+        node = mcc.nodes["worker-0"]
+        t = time.monotonic()
+        await cluster.add_kubelet_config("max-pods", {"maxPods": 300})
+        r1 = await mcc.wait_new_rendered(r0)
+        pool = await mcc.wait_degraded()
+        figures.append(f"KubeletConfig: pool Degraded {time.monotonic() - t:.1f} s after its "
+                       "creation (refused: image content)")  # fmt: skip
+        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
+        assert annotations[P + "desiredConfig"] == r1
+        assert annotations[P + "currentConfig"] == r0
+        assert "need an image build" in annotations[P + "reason"]
+        assert "/etc/kubernetes/kubelet.conf" in annotations[P + "reason"]
+        messages = " ".join(c.get("message", "") for c in pool["status"]["conditions"])
+        assert "need an image build" in messages
+        assert node.reboots() == 0 and drains(mcc, "worker-0") == []
+
+        t = time.monotonic()
+        await cluster.delete_kubelet_config("max-pods")
+        await mcc.wait_updated(r0)
+        figures.append(f"KubeletConfig deleted: pool Updated again {time.monotonic() - t:.1f} s "
+                       "later")  # fmt: skip
+        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
+        assert annotations[P + "state"] == "Done" and annotations[P + "reason"] == ""
+        assert node.reboots() == 0
+
+
+def _ca(directory: Path, name: str) -> bytes:
+    """A real self-signed CA certificate (PEM), as the kube-apiserver operator's signers are."""
+    key, crt = directory / f"{name}.key", directory / f"{name}.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-subj", f"/CN={name}", "-days", "30", "-out", str(crt)],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return crt.read_bytes()
+
+
+def _kubeconfig(ca: bytes, user: str) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": "https://api-int.example:6443",
+            "certificate-authority-data": base64.b64encode(ca).decode()}}],
+        "users": [{"name": user, "user": {"client-certificate": f"/var/lib/{user}.crt"}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    })  # fmt: skip
+
+
+async def serving_ca_rotation_rewrites_the_kubeconfigs(
+    cluster: PoolBackend, base: Path, figures: list[str]
+) -> None:
+    """What the operator does when the kube-apiserver serving CA rotates (pkg/operator/sync.go
+    syncControllerConfig): the bundle into ConfigMap kubeconfig-data, then the ControllerConfig
+    annotation service-ca-rotate=true; the agent rewrites the CA data of both kubeconfigs and
+    restarts the kubelet once, as the MCD's certificate writer does."""
+    mcc = await MccCluster.create(cluster, base, workers=1)
+    try:
+        node = mcc.nodes["worker-0"]
+        old, new = _ca(base, "kube-apiserver-service-network-signer"), _ca(base, "next")
+        files = {"etc/kubernetes/kubeconfig": _kubeconfig(old, "kubelet"),
+                 "var/lib/kubelet/kubeconfig": _kubeconfig(old, "node")}  # fmt: skip
+        for rel, text in files.items():
+            (node.sim.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (node.sim.root / rel).write_text(text)
+            (node.sim.root / rel).chmod(0o600)
+        mcc.start_agents()
+        r0 = await mcc.wait_updated(mcc.bootstrap_config)
+        rendered_before = await mcc.rendered_configs()
+        await mcc.apply({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kubeconfig-data", "namespace": MCO_NS},
+            "binaryData": {"ca-bundle.crt": base64.b64encode(old + new).decode()},
+        })  # fmt: skip
+        # The operator's one ControllerConfig update: the flag, and the new CA in the spec.
+        await mcc.cluster.merge_patch(
+            "/apis/machineconfiguration.openshift.io/v1/controllerconfigs/machine-config-controller",
+            {"metadata": {"annotations": {P + "service-ca-rotate": "true"}},
+             "spec": {"kubeAPIServerServingCAData": base64.b64encode(old + new).decode()}},
+        )  # fmt: skip
+        rotated = time.monotonic()
+        await mcc.wait_annotation("worker-0", P + "lastObservedServerCAAnnotation", "true")
+        took = time.monotonic() - rotated
+        figures.append(f"serving-CA rotation: the agent acknowledged it {took:.1f} s after the "
+                       "ControllerConfig changed")  # fmt: skip
+        for rel, text in files.items():
+            written = yaml.safe_load((node.sim.root / rel).read_text())
+            expected = yaml.safe_load(text)
+            data = written["clusters"][0]["cluster"].pop("certificate-authority-data")
+            expected["clusters"][0]["cluster"].pop("certificate-authority-data")
+            assert written == expected, rel  # nothing else changed
+            pem = base64.b64decode(data)
+            assert old.strip() in pem and new.strip() in pem, rel
+            assert (node.sim.root / rel).stat().st_mode & 0o777 == 0o600, rel
+        kubelet_ca = node.sim.root / "etc/kubernetes/kubelet-ca.crt"
+        await mcc.wait_file(kubelet_ca, old + new)
+        # The new CA is host-local content: no new rendered config, nothing to roll out. A
+        # re-render would show within one requeue period after the controllers saw the new
+        # ControllerConfig; one that did not happen has no event to wait on.
+        await cluster.controller_config_seen()
+        await asyncio.sleep(cluster.requeue_period)
+        assert await mcc.rendered_configs() == rendered_before
+        assert await mcc.wait_updated() == r0
+        units = [a["detail"] for a in node.sim.actions() if a["kind"] == "unit"]
+        assert units.count("restart kubelet.service") == 1
+        assert node.reboots() == 0
+        annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]
+        assert annotations[P + "state"] == "Done"
+    finally:
+        await mcc.close()
+
+
 SCENARIOS = (
     bootstrap_ssh_key_then_image_update,
     bad_image_rolled_back_then_healed,
     three_nodes_roll_one_at_a_time,
     pool_target_prestaged_before_each_nodes_turn,
+    kubelet_config_refused_then_healed,
+    serving_ca_rotation_rewrites_the_kubeconfigs,
 )

@@ -7,18 +7,23 @@ when no machine-config-controller was supplied."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from agent.demo.fakekube import FakeKube
 from agent.demo.fakekube.node_controller import NodeController
-from agent.demo.fakekube.render_controller import RenderController
+from agent.demo.fakekube.render_controller import GENERATED_BY, STANDIN_VERSION, RenderController
 from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES
 from tests.scenarios.pool import MCO_NS, PoolBackend
 
 MCA = "machineconfiguration.openshift.io"
+GENERATED_KUBELET = "99-worker-generated-kubelet"  # the kubelet-config controller's first name
 # A kubelet always sets one annotation (the kit's Nodes carry it too).
 KUBELET_ANNOTATION = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
 READY = {"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -108,6 +113,33 @@ class StandInCluster(PoolBackend):
 
     def node_kubeconfig(self, node: str) -> Path:
         return self.base / f"node-{node}.kubeconfig"
+
+    # The stand-ins sync on every write; half a second covers their pass.
+    requeue_period = 0.5
+
+    async def add_kubelet_config(self, name: str, kubelet_config: dict[str, Any]) -> None:
+        """What the kubelet-config controller makes of a KubeletConfig for the worker pool: a
+        generated MachineConfig `99-worker-generated-kubelet` that writes
+        /etc/kubernetes/kubelet.conf (the stand-in's file holds only the fields given; the
+        real one renders the whole KubeletConfiguration)."""
+        body = {"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                **kubelet_config}  # fmt: skip
+        data = "data:," + urllib.parse.quote(json.dumps(body, sort_keys=True))
+        file = {"path": "/etc/kubernetes/kubelet.conf", "mode": 420, "overwrite": True,
+                "contents": {"source": data}}  # fmt: skip
+        self.kube.put({"apiVersion": f"{MCA}/v1", "kind": "MachineConfig",
+                       "metadata": {"name": GENERATED_KUBELET, "labels": {f"{MCA}/role": "worker"},
+                                    "annotations": {GENERATED_BY: STANDIN_VERSION,
+                                                    f"{MCA}/kubeletconfig": name}},
+                       "spec": {"config": {"ignition": {"version": "3.5.0"},
+                                           "storage": {"files": [file]}}}})  # fmt: skip
+
+    async def delete_kubelet_config(self, name: str) -> None:
+        self.kube.delete("machineconfigs", GENERATED_KUBELET)
+
+    async def controller_config_seen(self, timeout: float = 60.0) -> None:
+        for controller in self.controllers:
+            await asyncio.wait_for(controller.idle(), timeout)
 
     async def down(self) -> None:
         for controller in self.controllers:

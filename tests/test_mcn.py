@@ -430,6 +430,21 @@ async def test_writer_creates_a_missing_mcn_then_writes_only_changes(kube: FakeK
         await w.client.close()
 
 
+async def test_writer_creates_the_mcn_with_the_nodes_config_of_now(kube: FakeKube) -> None:
+    """A step queued before the controller aimed the Node at a new config, written once the
+    controller has (it found no MachineConfigNode to write its spec into): the object is
+    created with the new config, as the MCD creates it from its current Node."""
+    w = _Writer(kube, {ROLE + "worker": ""})
+    try:
+        w.writer.record(M.needs_update(N))  # queued while desiredConfig is rendered-worker-2
+        kube.patch_annotations("Node", N, {P + "desiredConfig": "rendered-worker-3"})
+        assert await w.writer.flush()
+        obj = kube.get("MachineConfigNode", N)
+        assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-3"}
+    finally:
+        await w.client.close()
+
+
 async def test_writer_merges_what_a_controller_wrote_meanwhile(kube: FakeKube) -> None:
     w = _Writer(kube, {ROLE + "worker": ""})
     try:

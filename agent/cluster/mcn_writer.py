@@ -155,7 +155,12 @@ class MachineConfigNodeWriter:
         node = self._node() or {}
         pool = await node_pool(self.api, node)
         uid = (node.get("metadata") or {}).get("uid", "")
-        body = new_machine_config_node(self.node_name, pool, versions.desired, uid)
+        # The Node as it is now, as the MCD creates it from its current Node: a step queued
+        # before the controller aimed the Node elsewhere must not create the object with the
+        # old config, which the controller (it wrote the new one while there was no object)
+        # never writes again.
+        desired = NodeView.of(node).desired_config or versions.desired
+        body = new_machine_config_node(self.node_name, pool, desired, uid)
         try:
             created = await self.api.post(MACHINECONFIGNODES, body)
         except KubeError as exc:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.demo.fakekube import FakeKube
+from agent.cluster.kubeconfig import KUBECONFIG_DATA_NAME, KUBECONFIG_DATA_NAMESPACE
+from agent.demo.fakekube import FakeKube, Rule
 from agent.demo.objects import machine_config
 from agent.host.simulated import SimulatedHost
 
@@ -31,8 +32,15 @@ SA_RULES = [
     ("patch", "machineconfiguration.openshift.io", "machineconfignodes/status"),
     ("update", "machineconfiguration.openshift.io", "machineconfignodes/status"),
 ]
-# deploy/rbac.yaml grants this one in the operator's namespace only (a Role, as the MCD's).
+# deploy/rbac.yaml grants this one in the operator's namespace only, for the kubeconfig-data
+# ConfigMap only (a Role with resourceNames, as the MCD's); the demo's account gets it so.
+# (SA_RULES and this are what tests/test_deploy.py checks deploy/rbac.yaml against: the demo
+# runs from an installed wheel, which has no deploy/ to read them from.)
 NAMESPACED_SA_RULES = [("get", "", "configmaps")]
+SCOPED_SA_RULES = [
+    Rule(*rule, namespace=KUBECONFIG_DATA_NAMESPACE, names=(KUBECONFIG_DATA_NAME,))
+    for rule in NAMESPACED_SA_RULES
+]
 IMAGE = "quay.example/os/node"
 CHECK = """#!/bin/sh
 state=$(cat "$IMAGE_MODE_AGENT_ROOT/usr/lib/app/healthy" 2>/dev/null)
@@ -97,7 +105,7 @@ class Cluster:
                   "spec": {}})  # fmt: skip
         node_id = kube.node_identity(cluster.node)
         sa = kube.service_account("openshift-machine-config-operator", "machine-config-daemon",
-                                  SA_RULES + NAMESPACED_SA_RULES)  # fmt: skip
+                                  [*SA_RULES, *SCOPED_SA_RULES])  # fmt: skip
         kube.write_kubeconfig(base / "node.kubeconfig", node_id)
         kube.write_kubeconfig(base / "sa.kubeconfig", sa)
         return cluster

@@ -315,12 +315,18 @@ class MccCluster:
         pool = await self.wait_pool(updated, f"Updated at {config or 'its config'}", timeout)
         return pool["spec"]["configuration"]["name"]
 
-    async def wait_degraded(self, timeout: float = 180.0) -> dict[str, Any]:
-        return await self.wait_pool(
-            lambda p: _condition(p, "NodeDegraded") == "True"
-            and p.get("status", {}).get("degradedMachineCount", 0) >= 1,
-            "Degraded", timeout,
-        )  # fmt: skip
+    async def wait_degraded(self, message: str = "", timeout: float = 180.0) -> dict[str, Any]:
+        """Until the pool is NodeDegraded with a degraded machine and, when given, `message`
+        among its conditions' messages: the controller may first set the condition from the
+        Node's state and add the reasons once the MachineConfigNode reports them."""
+
+        def degraded(pool: dict[str, Any]) -> bool:
+            messages = " ".join(c.get("message", "") for c in pool["status"].get("conditions", []))
+            return (_condition(pool, "NodeDegraded") == "True"
+                    and pool.get("status", {}).get("degradedMachineCount", 0) >= 1
+                    and message in messages)  # fmt: skip
+
+        return await self.wait_pool(degraded, f"Degraded ({message!r})", timeout)
 
     async def wait_new_rendered(self, old: str, timeout: float = 60.0) -> str:
         pool = await self.wait_pool(

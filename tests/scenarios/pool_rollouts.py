@@ -118,7 +118,7 @@ async def bad_image_rolled_back_then_healed(
         node = mcc.nodes["worker-0"]
         t = await mcc.apply(machine_config("99-worker-os", os_image=node.images["bad"]))
         r1 = await mcc.wait_new_rendered(r0)
-        pool = await mcc.wait_degraded()
+        pool = await mcc.wait_degraded("rolled back")
         figures.append(
             f"bad image: pool Degraded {time.monotonic() - t:.1f} s after the "
             "MachineConfig (staged, drained, booted, check failed, rolled back)"
@@ -218,7 +218,7 @@ async def kubelet_config_refused_then_healed(
         t = time.monotonic()
         await cluster.add_kubelet_config("max-pods", {"maxPods": 300})
         r1 = await mcc.wait_new_rendered(r0)
-        pool = await mcc.wait_degraded()
+        pool = await mcc.wait_degraded("need an image build")
         figures.append(f"KubeletConfig: pool Degraded {time.monotonic() - t:.1f} s after its "
                        "creation (refused: image content)")  # fmt: skip
         annotations = (await mcc.node("worker-0"))["metadata"]["annotations"]

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
-from agent.demo.fakekube import FakeKube
+from agent.demo.fakekube import FakeKube, service_account_rules
 from agent.demo.fakekube.node_controller import NodeController
 from agent.demo.fakekube.render_controller import GENERATED_BY, STANDIN_VERSION, RenderController
-from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES
 from tests.scenarios.pool import MCO_NS, PoolBackend
 
 MCA = "machineconfiguration.openshift.io"
+AGENT_SA = "image-mode-agent"  # deploy/rbac.yaml's service account
 GENERATED_KUBELET = "99-worker-generated-kubelet"  # the kubelet-config controller's first name
 # A kubelet always sets one annotation (the kit's Nodes carry it too).
 KUBELET_ANNOTATION = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
@@ -104,9 +105,10 @@ class StandInCluster(PoolBackend):
         return pool["spec"]["configuration"]["name"]
 
     async def apply_rbac(self, path: Path) -> None:
-        """The service account's grants: deploy/rbac.yaml's, as the loopback server models
-        them (cluster-wide rules; the ConfigMap one in every namespace)."""
-        self.kube.service_account(MCO_NS, "image-mode-agent", SA_RULES + NAMESPACED_SA_RULES)
+        """The service account and what the file's Roles and bindings grant it, as the loopback
+        server's RBAC reads them (agent/demo/fakekube/rbac.py)."""
+        rules = service_account_rules(yaml.safe_load_all(path.read_text()), MCO_NS, AGENT_SA)
+        self.kube.service_account(MCO_NS, AGENT_SA, rules)
 
     async def token_for(self, service_account: str, namespace: str = MCO_NS) -> str:
         return self.kube.token_for(f"system:serviceaccount:{namespace}:{service_account}")

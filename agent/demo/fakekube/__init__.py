@@ -14,6 +14,8 @@ Quick tour::
     node_id = kube.node_identity("worker-0")         # system:node:worker-0 (+ optional rules)
     sa = kube.service_account("openshift-machine-config-operator", "mcd",
                               [("get", "machineconfiguration.openshift.io", "machineconfigs")])
+    rules = service_account_rules(yaml.safe_load_all(rbac_yaml), "openshift-...", "agent")
+    bound = kube.service_account("openshift-...", "agent", rules, node="worker-0")
     kube.write_kubeconfig(tmp_path / "kubeconfig", node_id)   # for the agent's --kubeconfig
     cfg = kube.client_configuration(node_id)         # or a kubernetes_asyncio Configuration
     kube.token_for(node_id)                          # the bearer token (admin if omitted)
@@ -50,16 +52,28 @@ Identities (`Identity` in auth.py; pass them to `FakeKube(identities=...)` or re
   `fieldSelector=metadata.name=<own>` (otherwise 403 "... node 'X' cannot read all nodes, only
   its own Node object"); create/update/patch only its own Node and nodes/<own>/status; create,
   patch, update events; get/list/watch pods (as system:node's static rules allow); plus `rules`.
-* `Identity.service_account(ns, name, rules)` / `Identity.user_with_rules(user, rules)`: an RBAC
-  allowlist of (verb, group, resource) tuples; resource may be "pods/eviction", "nodes/status";
-  "*" is a wildcard. Anything else is 403 with the apiserver's wording. No/unknown token: 401.
+* `Identity.service_account(ns, name, rules, node=None)` / `Identity.user_with_rules(user,
+  rules)`: an RBAC allowlist of `Rule(verb, group, resource, namespace="", names=())`s; plain
+  (verb, group, resource) tuples mean a cluster-wide grant for any name (a ClusterRoleBinding's);
+  `namespace` limits one to that namespace (a RoleBinding's), `names` to those resourceNames
+  (which never grant a create or an unnamed list). resource may be "pods/eviction",
+  "nodes/status"; "*" is a wildcard. Anything else is 403 with the apiserver's wording (`...
+  cannot get resource "configmaps" in API group "" in the namespace "X"`). No/unknown token: 401.
+  `service_account_rules(documents, ns, name)` (rbac.py) reads the rules an identity gets from
+  parsed Role/ClusterRole/(Cluster)RoleBinding manifests, e.g. deploy/rbac.yaml's.
+* Identities carry `extra` (userInfo.extra, dict[str, list[str]]); `node="worker-0"` makes a
+  service-account token bound to a pod on that node: `extra` holds
+  `authentication.kubernetes.io/node-name: ["worker-0"]` (NODE_NAME_CLAIM), as the real server
+  puts it in pod-bound tokens.
 
 Served resources: core v1 namespaces, nodes (+status), pods (+status, +eviction), events,
 configmaps;
 events.k8s.io/v1 events (stored separately, not converted); policy/v1 poddisruptionbudgets
 (+status); machineconfiguration.openshift.io/v1 machineconfigs, controllerconfigs (+status),
 machineconfigpools (+status), machineconfignodes (+status); operator.openshift.io/v1
-machineconfigurations (+status). Add more with `FakeKube(extra_resources=[ResourceType(...)])`.
+machineconfigurations (+status); admissionregistration.k8s.io/v1 validatingadmissionpolicies
+(+status, never written) and validatingadmissionpolicybindings, enforced (see Admission).
+Add more with `FakeKube(extra_resources=[ResourceType(...)])`.
 Discovery: /api, /api/v1, /apis, /apis/<g>, /apis/<g>/<v>, /version; /healthz etc.
 
 Semantics, as observed on the real server:
@@ -98,15 +112,41 @@ Semantics, as observed on the real server:
   namespaces exist from the start (`namespaces=` option) and `put()` creates missing ones.
 * Not supported: server-side apply, tables, protobuf, managedFields, admission webhooks.
 
+Admission (admission.py), for writes through the API only (`put()`, `patch()`, `mutate()` and
+the other in-process helpers bypass it, as they bypass authorization):
+* TaintNodesByCondition: a Node created through the API (POST, or a PUT that creates) gets
+  `node.kubernetes.io/not-ready:NoSchedule` unless it has that key and effect already; updates
+  are left alone.
+* ValidatingAdmissionPolicy: on CREATE and UPDATE (PATCH included; /status too when the rules
+  name `x/status`) of a resource matched by a policy's matchConstraints (resourceRules,
+  excludeResourceRules, namespaceSelector, objectSelector) and bound by a binding (its
+  matchResources too), matchConditions and validations are evaluated as CEL with the cel-python
+  package (`import celpy` happens only then: the demo and the agent never need it), with
+  `request.userInfo.{username,groups,extra}` (no `extra` key when empty, as the real request
+  omits it), `request.operation/name/namespace/subResource/...`, `object`, `oldObject`,
+  `namespaceObject`, `variables`; `params` is null (no paramKind). A refusal is the real one:
+  `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with binding
+  '<binding>' denied request: <message>`, with the validation's `reason` mapped as the plugin's
+  reasonToCode does (Forbidden 403, Unauthorized 401, RequestEntityTooLarge 413, Invalid and
+  anything else 422; Invalid when no reason) and the message from `messageExpression` (a
+  one-line string), else `message`, else `failed expression: <expr>`. An expression that does
+  not compile or fails to evaluate follows failurePolicy (default Fail): a 422 Invalid refusal
+  with "compilation error: ..." / "expression '...' resulted in error: ..." as the message, or
+  nothing under Ignore. Only bindings with `Deny` in validationActions refuse (Warn and Audit
+  are accepted and do nothing). A no-op update is evaluated too. Policies and bindings take
+  effect `FakeKube(admission_policy_delay=...)` seconds after they are written (default 0; the
+  real plugin picked deploy/admission.yaml's up 0.2-0.6 s after its creation).
+
 Where it still differs from the real kube-apiserver, as the conformance tier
 (tests/conformance, the same scenarios on the real server from ../shared/kit) met it:
-* A Node created through the API gets no `node.kubernetes.io/not-ready:NoSchedule` taint here;
-  the real server's admission adds it (nothing in the agent reads taints).
-* RBAC rules are cluster-wide (verb, group, resource) tuples: no namespaces, no resourceNames.
-  The real server enforces deploy/rbac.yaml's namespaced Role limited to the `kubeconfig-data`
-  ConfigMap; the fake grants `get configmaps` everywhere.
-* Service-account tokens are static strings here; there they come from the TokenRequest API and
-  expire.
+* Service-account tokens are static strings here, their `extra` what the test gave them;
+  there they come from the TokenRequest API, expire, and a pod-bound one also carries the pod's
+  name and uid and a credential id.
+* ValidatingAdmissionPolicy: the real server type-checks a policy against the schemas and
+  refuses at creation an expression that does not compile in its CEL environment; here a
+  policy is stored unchecked (no status is written) and cel-python, which lacks the Kubernetes
+  CEL libraries (quantity(), url(), authorizer, ...), decides at request time. DELETE and
+  CONNECT are never matched here, nor are evictions.
 * Custom resources are not validated against their CRD's schema. The real server rejects a
   MachineConfigNode status that breaks the CRD (condition enums, reason pattern, at most 20
   conditions, observedGeneration never decreasing): tests/test_mcn.py checks the agent's
@@ -123,9 +163,11 @@ Where it still differs from the real kube-apiserver, as the conformance tier
   `desiredDrain` as the real drain controller does, faster (no 5 s requeue).
 """
 
-from .auth import Identity, Rule
+from .admission import NOT_READY_TAINT
+from .auth import NODE_NAME_CLAIM, Identity, Rule, RuleLike
 from .drain_controller import DESIRED_DRAIN, LAST_APPLIED_DRAIN, DrainController
 from .errors import ApiError
+from .rbac import rules_for_user, service_account_rules
 from .resources import ResourceType
 from .server import FakeKube, RequestRecord
 from .store import Change
@@ -133,6 +175,8 @@ from .store import Change
 __all__ = [
     "DESIRED_DRAIN",
     "LAST_APPLIED_DRAIN",
+    "NODE_NAME_CLAIM",
+    "NOT_READY_TAINT",
     "ApiError",
     "Change",
     "DrainController",
@@ -141,4 +185,7 @@ __all__ = [
     "RequestRecord",
     "ResourceType",
     "Rule",
+    "RuleLike",
+    "rules_for_user",
+    "service_account_rules",
 ]

@@ -176,6 +176,9 @@ class ApiHandler:
     ) -> web.StreamResponse:
         rt, q = t.rt, request.query
         dry_run = "dryRun" in q
+        admit = self.kube.admission.admitter(
+            identity, rt, t.subresource or "", t.namespace or "", dry_run
+        )
         if t.subresource == "eviction":
             if verb != "create":
                 raise ApiError(405, "MethodNotAllowed", "eviction only supports create")
@@ -221,7 +224,9 @@ class ApiHandler:
                     f'node "{body_name}"',
                     {"name": body_name or "", "kind": "nodes"},
                 )
-            return _json(self.store.create(rt, body, t.namespace, dry_run=dry_run), 201)
+            return _json(
+                self.store.create(rt, body, t.namespace, dry_run=dry_run, admit=admit), 201
+            )
         if verb == "update":
             assert t.name
             body = await self._object_body(request, rt)
@@ -234,7 +239,7 @@ class ApiHandler:
                 )
             existed = self.store.try_get(rt, t.name, t.namespace) is not None
             obj = self.store.update(
-                rt, body, t.namespace, subresource=t.subresource, dry_run=dry_run
+                rt, body, t.namespace, subresource=t.subresource, dry_run=dry_run, admit=admit
             )
             return _json(obj, 200 if existed else 201)
         if verb == "patch":
@@ -250,6 +255,7 @@ class ApiHandler:
                     t.namespace,
                     subresource=t.subresource,
                     dry_run=dry_run,
+                    admit=admit,
                 )
             )
         if verb == "delete":

@@ -122,6 +122,11 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("operator.openshift.io", "v1", "machineconfigurations",
                  "MachineConfiguration", False, _STATUS,
                  custom=True, track_generation=True, return_deleted_object=True),
+    # Enforced by admission.py on writes through the API.
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                 "ValidatingAdmissionPolicy", False, _STATUS, track_generation=True),
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+                 "ValidatingAdmissionPolicyBinding", False, track_generation=True),
 )  # fmt: skip
 
 

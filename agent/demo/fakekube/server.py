@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from .auth import Identity, Rule
+from .admission import Admission
+from .auth import Identity, RuleLike
 from .disruption import DisruptionStatusController
 from .errors import ApiError, status_body
 from .patch import MERGE_PATCH
@@ -108,6 +109,7 @@ class FakeKube:
         pdb_status_controller: bool = True,
         extra_resources: Iterable[ResourceType] = (),
         namespaces: Iterable[str] = DEFAULT_NAMESPACES,
+        admission_policy_delay: float = 0.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -128,6 +130,8 @@ class FakeKube:
         }
         self.registry = Registry([*DEFAULT_RESOURCES, *extra_resources])
         self.store = Store(history_size)
+        # Before any write: the policy plugin must see every policy and binding.
+        self.admission = Admission(self.store, self.registry, admission_policy_delay)
         self.admin = Identity.admin()
         self._identities: dict[str, Identity] = {}
         for ident in (self.admin, *identities):
@@ -234,16 +238,28 @@ class FakeKube:
         self._identities[identity.token] = identity
         return identity
 
-    def node_identity(self, node_name: str, rules: Iterable[Rule] = ()) -> Identity:
+    def node_identity(self, node_name: str, rules: Iterable[RuleLike] = ()) -> Identity:
         """Register (or return the existing) `system:node:<node_name>` identity."""
-        wanted = tuple(rules)
+        wanted = Identity.node(node_name, rules)
         for ident in self._identities.values():
-            if ident.node_name == node_name and ident.rules == wanted:
+            if ident.node_name == node_name and ident.rules == wanted.rules:
                 return ident
-        return self.add_identity(Identity.node(node_name, wanted))
+        return self.add_identity(wanted)
 
-    def service_account(self, namespace: str, name: str, rules: Iterable[Rule]) -> Identity:
-        return self.add_identity(Identity.service_account(namespace, name, rules))
+    def service_account(
+        self,
+        namespace: str,
+        name: str,
+        rules: Iterable[RuleLike] = (),
+        *,
+        node: str | None = None,
+        extra: Mapping[str, Iterable[str]] | None = None,
+    ) -> Identity:
+        """Register a service-account identity; `node` binds its token to a pod on that node
+        (userInfo.extra carries the node, see Identity.service_account)."""
+        return self.add_identity(
+            Identity.service_account(namespace, name, rules, node=node, extra=extra)
+        )
 
     def _identity_for_token(self, token: str) -> Identity | None:
         return self._identities.get(token)

@@ -26,6 +26,11 @@ from .selectors import Selector
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
+# Admission of a write through the API (admission.py): called with the operation ("CREATE" or
+# "UPDATE"), the object as it would be stored and the stored one (None on CREATE), after the
+# strategy prepared it and before it is committed or found to be a no-op; it may change the
+# object or raise ApiError.
+Admit = Callable[[str, Obj, Obj | None], None]
 
 
 def now_rfc3339() -> str:
@@ -198,6 +203,7 @@ class Store:
         *,
         dry_run: bool = False,
         keep_status: bool = False,
+        admit: Admit | None = None,
     ) -> Obj:
         obj = copy.deepcopy(obj)
         obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
@@ -230,6 +236,8 @@ class Store:
             obj.setdefault("status", {}).setdefault("phase", "Pending")
         elif rt.plural == "namespaces":
             obj.setdefault("status", {}).setdefault("phase", "Active")
+        if admit is not None:  # before the AlreadyExists check, as the real registry orders it
+            admit("CREATE", obj, None)
         with self.lock:
             key = _key(rt, name, meta.get("namespace"))
             if key in self._objects:
@@ -289,6 +297,7 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        admit: Admit | None = None,
     ) -> tuple[Obj, list[Change]]:
         """Read-modify-write under the lock; `build(current)` returns the desired object and
         raises ApiError for conflicts. Returns the stored object and the committed changes."""
@@ -296,6 +305,8 @@ class Store:
             key, current = self._existing(rt, name, namespace)
             desired = build(copy.deepcopy(current))
             result = self._prepare_update(rt, current, desired, subresource)
+            if admit is not None:  # a no-op update is admitted (or refused) all the same
+                admit("UPDATE", result, copy.deepcopy(current))
             if result == current or dry_run:
                 # No-op writes keep the RV and emit no event, like the real apiserver.
                 return copy.deepcopy(result), []
@@ -334,9 +345,10 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        admit: Admit | None = None,
     ) -> Obj:
         """PUT semantics: a body RV must match the stored one (409 otherwise); no RV means an
-        unconditional update."""
+        unconditional update. A PUT that creates is a CREATE for admission."""
         name = obj.get("metadata", {}).get("name", "")
 
         def build(current: Obj) -> Obj:
@@ -349,9 +361,9 @@ class Store:
                 and self.try_get(rt, name, namespace) is None
                 and not subresource
             ):
-                return self.create(rt, obj, namespace, dry_run=dry_run)
+                return self.create(rt, obj, namespace, dry_run=dry_run, admit=admit)
             result, changes = self._write(
-                rt, name, namespace, build, subresource=subresource, dry_run=dry_run
+                rt, name, namespace, build, subresource=subresource, dry_run=dry_run, admit=admit
             )
         self._run_hooks(changes)
         return result
@@ -366,8 +378,10 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        admit: Admit | None = None,
     ) -> Obj:
-        """PATCH semantics: a patch that sets a stale metadata.resourceVersion is 409."""
+        """PATCH semantics: a patch that sets a stale metadata.resourceVersion is 409; for
+        admission it is an UPDATE."""
 
         def build(current: Obj) -> Obj:
             patched = apply_patch(patch_type, current, body, custom=rt.custom)
@@ -380,7 +394,7 @@ class Store:
             return patched
 
         result, changes = self._write(
-            rt, name, namespace, build, subresource=subresource, dry_run=dry_run
+            rt, name, namespace, build, subresource=subresource, dry_run=dry_run, admit=admit
         )
         self._run_hooks(changes)
         return result

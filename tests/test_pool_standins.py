@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from agent.demo.fakekube import FakeKube
+from agent.demo.fakekube import FakeKube, NodeController, RenderController
 from agent.demo.fakekube import mcn_status as M
 from agent.demo.fakekube import pool_rules as R
-from agent.demo.fakekube.node_controller import NodeController
-from agent.demo.fakekube.render_controller import RenderController, merge_configs
+from agent.demo.fakekube.render_controller import merge_configs
 from tests.scenarios.standin import base_config, node_object, pool_object
 
 P = "machineconfiguration.openshift.io/"

@@ -17,9 +17,8 @@ from typing import Any
 import aiohttp
 import yaml
 
-from agent.demo.fakekube import FakeKube, service_account_rules
-from agent.demo.fakekube.node_controller import NodeController
-from agent.demo.fakekube.render_controller import GENERATED_BY, STANDIN_VERSION, RenderController
+from agent.demo.fakekube import FakeKube, NodeController, RenderController, service_account_rules
+from agent.demo.fakekube.render_controller import GENERATED_BY, STANDIN_VERSION
 from tests.scenarios.pool import MCO_NS, PoolBackend
 
 MCA = "machineconfiguration.openshift.io"

@@ -41,6 +41,8 @@ Quick tour::
                                                      #   for a read; record.json() decodes it
     kube.enable_drain_controller(delay=0.5)          # simulated MCC drain controller
     kube.disable_drain_controller()
+    RenderController(kube).start(); NodeController(kube).start()   # the MCC's render and node
+                                                     # controllers, stand-ins (see below)
 
 `kube.start_in_thread()` / `kube.stop_in_thread()` serve from a background thread instead. All
 in-process store helpers are thread-safe.
@@ -158,16 +160,24 @@ Where it still differs from the real kube-apiserver, as the conformance tier
   218 (221)", the form this server uses.
 * A restart here keeps the same store in memory; the kit's API server restarts with etcd, and
   no write is possible while it is down (the fake accepts in-process writes meanwhile).
-* Events of other components (the MCC's) and the real controllers' own writes to Nodes,
-  pools and MachineConfigNodes happen only there; `enable_drain_controller()` answers
-  `desiredDrain` as the real drain controller does, faster (no 5 s requeue).
+* Events of other components (the MCC's) happen only there. The controllers' own writes to
+  Nodes, pools, MachineConfigs and MachineConfigNodes come from stand-ins that follow the
+  machine-config-operator's code at 7ff337a4, each module citing what it follows:
+  `enable_drain_controller()` answers `desiredDrain` (cordon, drain, uncordon, the
+  MachineConfigNode conditions: mcn_status.py), `RenderController` merges a pool's
+  MachineConfigs into its rendered config, `NodeController` aims a pool's Nodes at it within
+  maxUnavailable and keeps the pool's status (pool_rules.py). They act on every write, faster
+  than the real ones (no 5 s requeue); layered pools, the template and kubelet-config
+  controllers and the operator are not modelled.
 """
 
 from .admission import NOT_READY_TAINT
 from .auth import NODE_NAME_CLAIM, Identity, Rule, RuleLike
 from .drain_controller import DESIRED_DRAIN, LAST_APPLIED_DRAIN, DrainController
 from .errors import ApiError
+from .node_controller import NodeController
 from .rbac import rules_for_user, service_account_rules
+from .render_controller import RenderController
 from .resources import ResourceType
 from .server import FakeKube, RequestRecord
 from .store import Change
@@ -182,6 +192,8 @@ __all__ = [
     "DrainController",
     "FakeKube",
     "Identity",
+    "NodeController",
+    "RenderController",
     "RequestRecord",
     "ResourceType",
     "Rule",

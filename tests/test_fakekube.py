@@ -124,6 +124,9 @@ async def test_crud_core_and_custom(kube: FakeKube, admin: ApiClient) -> None:
 
 
 async def test_merge_and_strategic_patch(kube: FakeKube, admin: ApiClient) -> None:
+    """The real server: a merge patch of annotations (a `null` removes one) by the admin or
+    the node identity is 200; a strategic-merge patch of /status by the node is 200
+    (kube-apiserver-behaviour.md, "Patches")."""
     v1 = client.CoreV1Api(admin)
     kube.put(node("worker-0"))
     conditions = [{"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "False"}]
@@ -162,6 +165,8 @@ async def test_merge_and_strategic_patch(kube: FakeKube, admin: ApiClient) -> No
 
 
 async def test_stale_resource_version_is_conflict(kube: FakeKube, admin: ApiClient) -> None:
+    """The real server: a body with a stale metadata.resourceVersion is 409 Conflict
+    (kube-apiserver-behaviour.md, "Patches")."""
     v1 = client.CoreV1Api(admin)
     kube.put(node("worker-0"))
     old = await v1.read_node("worker-0")
@@ -188,6 +193,9 @@ async def test_stale_resource_version_is_conflict(kube: FakeKube, admin: ApiClie
 
 
 async def test_field_selected_watch_delivers_added_then_modified(kube: FakeKube) -> None:
+    """The real server: a watch with fieldSelector=metadata.name=<node> opened before the
+    object exists delivers ADDED then one MODIFIED per patch, with increasing
+    resourceVersions (kube-apiserver-behaviour.md, "Watches")."""
     me = kube.node_identity("worker-0")
     async with ApiClient(kube.client_configuration(me)) as api:
         v1 = client.CoreV1Api(api)
@@ -235,6 +243,9 @@ async def test_label_selected_watch_sees_objects_enter_and_leave(
 
 
 async def test_too_new_resource_version_is_504() -> None:
+    """The real server ended a watch with a 504 Status, reason Timeout, cause
+    ResourceVersionTooLarge (kube-apiserver-behaviour.md, "A watch can end with an ERROR
+    event")."""
     kube = FakeKube(too_large_rv_wait=0.2)
     async with kube, ApiClient(kube.client_configuration()) as api:
         future = str(kube.store.resource_version + 100)
@@ -247,6 +258,9 @@ async def test_too_new_resource_version_is_504() -> None:
 
 
 async def test_bookmarks(kube: FakeKube, admin: ApiClient) -> None:
+    """allowWatchBookmarks: BOOKMARK events carry only a resourceVersion, as the real watch
+    cache sends them; the conformance watchers (tests/scenarios/rest.py) ask for them on the
+    real server and resume from their resourceVersions."""
     v1 = client.CoreV1Api(admin)
     kube.put(node("worker-0"))
     seen: list[dict] = []
@@ -297,6 +311,9 @@ async def test_injected_watch_error_ends_watch(kube: FakeKube, admin: ApiClient)
 
 
 async def test_expired_resource_version_is_410(kube: FakeKube, admin: ApiClient) -> None:
+    """The real server: resuming from an expired resourceVersion answers one ERROR event with a
+    410 Status, reason Expired, "too old resource version" (kube-apiserver-behaviour.md,
+    "Watches"; the form as the conformance watch-expiry scenario met it, fakekube docstring)."""
     v1 = client.CoreV1Api(admin)
     kube.put(node("worker-0"))
     old_rv = (await v1.list_node()).metadata.resource_version
@@ -334,6 +351,9 @@ async def test_bounded_history_compacts() -> None:
 
 
 async def test_node_authorizer(kube: FakeKube) -> None:
+    """The real server, Node authorizer and NodeRestriction: a node gets, lists and watches only
+    its own Node (a list without the field selector is 403 "cannot read all nodes, only its own
+    Node object"), patches only its own (kube-apiserver-behaviour.md, "Node identity")."""
     kube.put(node("worker-0"))
     kube.put(node("worker-1"))
     me = kube.node_identity("worker-0")

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from tests.conformance import peers
-from tests.scenarios.pool import PoolBackend
+from tests.scenarios.pool import MCO_NS, PoolBackend
 from tests.scenarios.rest import put_object
 
 KIT_ENV = "IMAGE_MODE_AGENT_KIT"
@@ -26,7 +26,6 @@ HOW_TO_GET_IT = (
     f"set {KIT_ENV} to the conformance kit's folder (in this project's workspace: "
     "../shared/kit beside the repository; it holds cluster-up, mcc-up, crds/ and a README)"
 )
-MCO_NS = "openshift-machine-config-operator"
 MCA = "machineconfiguration.openshift.io"
 SCRIPT_TIMEOUT = 180.0
 
@@ -43,9 +42,6 @@ class Kit:
     path: Path
     bin: Path
     found: dict[str, peers.Found]
-
-    def has(self, name: str) -> bool:
-        return self.found[name].path is not None
 
 
 def locate_kit() -> Path:

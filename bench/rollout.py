@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.conformance import peers
 from tests.conformance.kit import Kit, KitCluster, KitMissing, locate_kit, prepare
-from tests.scenarios.pool import P, PoolBackend, bootstrapped, machine_config
+from tests.scenarios.backend import PoolBackend
+from tests.scenarios.pool import P, bootstrapped, machine_config
 from tests.scenarios.standin import StandInCluster
 from tests.simhost import IMAGE
 

@@ -29,11 +29,10 @@ from agent.demo.fakekube import (
     service_account_rules,
 )
 from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES, SCOPED_SA_RULES
+from tests.scenarios.fake import AGENT_SA, MCO_NS, agent_rules
 
 TOP = Path(__file__).resolve().parents[1]
 DEPLOY = TOP / "deploy"
-MCO_NS = "openshift-machine-config-operator"
-AGENT_SA = "image-mode-agent"
 MC = "machineconfiguration.openshift.io"
 MCN = f"/apis/{MC}/v1/machineconfignodes"
 MCP = f"/apis/{MC}/v1/machineconfigpools"
@@ -45,10 +44,6 @@ POLICY = "image-mode-agent-mcn-guards"
 
 def _docs(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
-
-
-def _agent_rules() -> list[Rule]:
-    return service_account_rules(_docs("rbac.yaml"), MCO_NS, AGENT_SA)
 
 
 async def call(
@@ -189,7 +184,7 @@ async def test_node_status_subresource_may_change_metadata(kube: FakeKube) -> No
 
 
 def test_rules_from_rbac_yaml_match_the_demos() -> None:
-    rules = _agent_rules()
+    rules = agent_rules()
     cluster_wide = {r[:3] for r in rules if not r.namespace and not r.names}
     assert cluster_wide == set(SA_RULES)
     scoped = [r for r in rules if r.namespace]
@@ -244,7 +239,7 @@ async def test_namespaced_role_limited_to_kubeconfig_data(kube: FakeKube) -> Non
             kube.put(
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": name}}
             )
-    sa = kube.service_account(MCO_NS, AGENT_SA, _agent_rules())
+    sa = kube.service_account(MCO_NS, AGENT_SA, agent_rules())
     user = f"system:serviceaccount:{MCO_NS}:{AGENT_SA}"
     status, cm = await call(kube, sa, "GET", f"/api/v1/namespaces/{MCO_NS}/configmaps/"
                             "kubeconfig-data")  # fmt: skip
@@ -284,7 +279,7 @@ async def test_admission_yaml_guards_the_agents_own_machineconfignode() -> None:
     # Recorded: tests/conformance/README.md (test_deploy_manifests.py, the guard's every case).
     kube = FakeKube(admission_policy_delay=0.3)
     async with kube:
-        rules = _agent_rules()
+        rules = agent_rules()
         on_a = kube.service_account(MCO_NS, AGENT_SA, rules, node="node-a")
         unbound = kube.service_account(MCO_NS, AGENT_SA, rules)
         for node in ("node-a", "node-b"):
@@ -489,22 +484,23 @@ def req(kube, method, path, body):
                                             "merge-patch+json" if method == "PATCH" else "json")})
     return urllib.request.urlopen(r, timeout=5).status
 
+def policy(name, group, resources, expression):  # on every write of them, bound to deny
+    vap = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolic"
+    rule = {"apiGroups": [group], "apiVersions": ["*"], "operations": ["*"],
+            "resources": resources}
+    req(kube, "POST", vap + "ies", {"metadata": {"name": name}, "spec": {
+        "matchConstraints": {"resourceRules": [rule]},
+        "validations": [{"expression": expression}]}})
+    req(kube, "POST", vap + "ybindings", {"metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]}})
+
 kube = FakeKube().start_in_thread()
 try:
-    vap = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
     req(kube, "POST", "/api/v1/nodes", {"metadata": {"name": "n"}})
-    req(kube, "POST", vap, {"metadata": {"name": "p"}, "spec": {"matchConstraints": {
-        "resourceRules": [{"apiGroups": ["x.io"], "apiVersions": ["*"], "operations": ["*"],
-                           "resources": ["*"]}]}, "validations": [{"expression": "false"}]}})
-    req(kube, "POST", vap.replace("policies", "policybindings"), {"metadata": {"name": "b"},
-        "spec": {"policyName": "p", "validationActions": ["Deny"]}})
+    policy("p", "x.io", ["*"], "false")
     req(kube, "PATCH", "/api/v1/nodes/n", {"metadata": {"labels": {"a": "b"}}})
     print("celpy" in sys.modules)
-    req(kube, "POST", vap, {"metadata": {"name": "q"}, "spec": {"matchConstraints": {
-        "resourceRules": [{"apiGroups": [""], "apiVersions": ["*"], "operations": ["*"],
-                           "resources": ["nodes"]}]}, "validations": [{"expression": "true"}]}})
-    req(kube, "POST", vap.replace("policies", "policybindings"), {"metadata": {"name": "c"},
-        "spec": {"policyName": "q", "validationActions": ["Deny"]}})
+    policy("q", "", ["nodes"], "true")
     req(kube, "PATCH", "/api/v1/nodes/n", {"metadata": {"labels": {"a": "c"}}})
     print("celpy" in sys.modules)
 finally:

@@ -57,9 +57,9 @@ def main(argv: list[str]) -> int:
         try:
             kit = prepare(locate_kit(), Path(tmp) / "bin")
         except KitMissing as exc:
-            found = peers.find_all(os.environ, _kit_or_none())
-            print(f"conformance: where each binary was looked for\n{peers.describe(found)}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            if exc.found is not None:
+                print(f"conformance: where each binary was looked for\n"
+                      f"{peers.describe(exc.found)}", file=sys.stderr, flush=True)  # fmt: skip
             print(f"conformance: not run ({exc})", flush=True)
             return NOT_RUN_EXIT
         print(f"conformance: kit {kit.path}; binaries:\n{peers.describe(kit.found)}", flush=True)
@@ -76,13 +76,6 @@ def main(argv: list[str]) -> int:
         print(f"conformance: not run: {test} ({reason})")
     print(f"conformance: {result.passed} passed, {result.failed} failed")
     return 1 if result.failed else (0 if rc in (0, 5) else rc)
-
-
-def _kit_or_none() -> Path | None:
-    try:
-        return locate_kit()
-    except KitMissing:
-        return None
 
 
 if __name__ == "__main__":

@@ -11,14 +11,12 @@ import random
 import signal
 import socket
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from tests.conformance import peers
-from tests.scenarios.pool import MCO_NS, PoolBackend
+from tests.scenarios.backend import MCO_NS, PoolBackend
 from tests.scenarios.rest import put_object
 
 KIT_ENV = "IMAGE_MODE_AGENT_KIT"
@@ -31,7 +29,12 @@ SCRIPT_TIMEOUT = 180.0
 
 
 class KitMissing(Exception):
-    """The tier cannot run: says what is missing and how to get it."""
+    """The tier cannot run: says what is missing and how to get it; `found` is where each
+    binary was found, when the kit itself was."""
+
+    def __init__(self, message: str, found: dict[str, peers.Found] | None = None) -> None:
+        super().__init__(message)
+        self.found = found
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def prepare(kit: Path, folder: Path) -> Kit:
     found = peers.find_all(os.environ, kit)
     reason = peers.why_not_run(found)
     if reason is not None:
-        raise KitMissing(reason)
+        raise KitMissing(reason, found)
     return Kit(kit, peers.link_into(found, folder), found)
 
 
@@ -123,7 +126,6 @@ class KitCluster(PoolBackend):
     run: Path
     port: int = 0
     rendered: str = ""
-    _session: aiohttp.ClientSession | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:

@@ -20,10 +20,10 @@ MCO_NS = "openshift-machine-config-operator"
 AGENT_SA = "image-mode-agent"
 
 
-def agent_rules() -> list[Rule]:
+def agent_rules(rbac: Path = RBAC) -> list[Rule]:
     """What deploy/rbac.yaml grants the agent's service account, as the conformance harness
     applies it for real (namespaced Role and resourceNames included)."""
-    return service_account_rules(yaml.safe_load_all(RBAC.read_text()), MCO_NS, AGENT_SA)
+    return service_account_rules(yaml.safe_load_all(rbac.read_text()), MCO_NS, AGENT_SA)
 
 
 def annotation_tracker(key: str, values: list[str]) -> Callable[[Change], None]:

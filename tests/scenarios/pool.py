@@ -1,9 +1,8 @@
 """A pool's controller driving real agent processes: one simulated host per Node booted on the
 cluster's osImageURL, and one supervisor per Node that restarts the agent after each simulated
 reboot (as systemd would), counting boots. The controller is the real machine-config-controller
-on the kit's kube-apiserver (tests/conformance/kit.py KitCluster), or the stand-ins of its
-render, node and drain controllers on the project's loopback API server
-(tests/scenarios/standin.py StandInCluster): both are a `PoolBackend`.
+on the kit's kube-apiserver, or the stand-ins of its render, node and drain controllers on the
+project's loopback API server: either is a `PoolBackend` (tests/scenarios/backend.py).
 
 An admin watch over all Nodes records every change with its time, so a test can measure the
 rollout (MachineConfig created → pool Updated) and each agent's share (desiredConfig seen →
@@ -22,10 +21,10 @@ from typing import Any
 
 from agent.demo.loopback import make_host
 from agent.host.simulated import SimulatedHost
-from tests.scenarios.rest import AdminClient, follow, put_object
+from tests.scenarios.backend import MCO_NS, PoolBackend
+from tests.scenarios.rest import follow, put_object
 
 REPO = Path(__file__).resolve().parents[2]
-MCO_NS = "openshift-machine-config-operator"
 
 P = "machineconfiguration.openshift.io/"
 MC_PATH = "/apis/machineconfiguration.openshift.io/v1/machineconfigs"
@@ -68,48 +67,6 @@ class Sample:
         state = a.get(P + "state", "Done")
         done = a.get(P + "currentConfig") == a.get(P + "desiredConfig") and state == "Done"
         return self.unschedulable or (not done and state not in ("Degraded", "Unreconcilable"))
-
-
-class PoolBackend(AdminClient):
-    """An API server with a pool controller: what MccCluster needs of it."""
-
-    controller = ""  # which controller drives the pool, for the figures and the bench
-
-    async def up(self) -> None:
-        raise NotImplementedError
-
-    async def down(self) -> None:
-        raise NotImplementedError
-
-    async def mcc_up(self, workers: int, os_image: str) -> str:
-        """Pools, ControllerConfig, Nodes worker-0..N-1 and the controller; returns the
-        worker pool's first rendered config."""
-        raise NotImplementedError
-
-    async def apply_rbac(self, path: Path) -> None:
-        """deploy/rbac.yaml, as an operator applies it."""
-        raise NotImplementedError
-
-    async def token_for(self, service_account: str, namespace: str = MCO_NS) -> str:
-        raise NotImplementedError
-
-    def node_kubeconfig(self, node: str) -> Path:
-        raise NotImplementedError
-
-    # A change that should cause no render has no event to wait on: the scenarios wait this
-    # long after the controllers have seen it (the real ones requeue about every 5 s).
-    requeue_period = 6.0
-
-    async def add_kubelet_config(self, name: str, kubelet_config: dict[str, Any]) -> None:
-        """A KubeletConfig for the worker pool, and what its controller makes of it."""
-        raise NotImplementedError
-
-    async def delete_kubelet_config(self, name: str) -> None:
-        raise NotImplementedError
-
-    async def controller_config_seen(self, timeout: float = 60.0) -> None:
-        """Until the controllers have processed the ControllerConfig's spec."""
-        raise NotImplementedError
 
 
 @dataclass

@@ -15,16 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.scenarios.pool import (
-    MC_PATH,
-    MCN_COLUMNS,
-    MCO_NS,
-    MccCluster,
-    P,
-    PoolBackend,
-    bootstrapped,
-    machine_config,
-)
+from tests.scenarios.backend import MCO_NS, PoolBackend
+from tests.scenarios.pool import MC_PATH, MCN_COLUMNS, MccCluster, P, bootstrapped, machine_config
 
 
 def updated_at(config: str):

@@ -14,15 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import yaml
-
-from agent.demo.fakekube import FakeKube, NodeController, RenderController, service_account_rules
+from agent.demo.fakekube import FakeKube, NodeController, RenderController
 from agent.demo.fakekube.render_controller import GENERATED_BY, STANDIN_VERSION
-from tests.scenarios.pool import MCO_NS, PoolBackend
+from tests.scenarios.backend import MCO_NS, PoolBackend
+from tests.scenarios.fake import AGENT_SA, agent_rules
 
 MCA = "machineconfiguration.openshift.io"
-AGENT_SA = "image-mode-agent"  # deploy/rbac.yaml's service account
 GENERATED_KUBELET = "99-worker-generated-kubelet"  # the kubelet-config controller's first name
 # A kubelet always sets one annotation (the kit's Nodes carry it too).
 KUBELET_ANNOTATION = {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
@@ -64,7 +61,6 @@ class StandInCluster(PoolBackend):
     drain_delay: float = 0.3
     kube: FakeKube = field(default_factory=lambda: FakeKube(bookmark_interval=0.5))
     controllers: list = field(default_factory=list)
-    _session: aiohttp.ClientSession | None = field(default=None, repr=False)
 
     controller = "stand-ins of the controller's render, node and drain controllers"
 
@@ -106,8 +102,7 @@ class StandInCluster(PoolBackend):
     async def apply_rbac(self, path: Path) -> None:
         """The service account and what the file's Roles and bindings grant it, as the loopback
         server's RBAC reads them (agent/demo/fakekube/rbac.py)."""
-        rules = service_account_rules(yaml.safe_load_all(path.read_text()), MCO_NS, AGENT_SA)
-        self.kube.service_account(MCO_NS, AGENT_SA, rules)
+        self.kube.service_account(MCO_NS, AGENT_SA, agent_rules(path))
 
     async def token_for(self, service_account: str, namespace: str = MCO_NS) -> str:
         return self.kube.token_for(f"system:serviceaccount:{namespace}:{service_account}")

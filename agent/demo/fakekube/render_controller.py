@@ -64,7 +64,7 @@ def _merge(parent: Any, child: Any, path: tuple[str, ...] = ()) -> Any:
             out[key] = _merge(parent[key], value, (*path, key)) if key in parent else value
         return out
     if isinstance(parent, list) and isinstance(child, list):
-        key = KEYED.get(tuple(p for p in path if not p.isdigit()))
+        key = KEYED.get(path)  # an entry of a keyed list merges under the list's own path
         if key is None:
             return parent + [v for v in child if v not in parent]
         out = list(parent)

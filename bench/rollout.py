@@ -1,7 +1,8 @@
 """Benchmark: a pool's OS image rollout, with pool-wide pre-staging (`--prestage pool`) and
-without it (`--prestage off`), in one run.
+without it (`--prestage off`), in one run; or, with `--bootc`, pre-staged on each bootc release.
 
     python bench/rollout.py [--nodes 6] [--pull 20 ...] [--controller auto|real|standin]
+    python bench/rollout.py --bootc 1.12.0 --bootc 1.16.9 --bootc 1.16.10 [--repeat 3]
 
 The pool is driven by the real machine-config-controller on the kit's kube-apiserver when the
 peer binaries were supplied (KIT_BIN with kube-apiserver, etcd, kubectl and
@@ -23,6 +24,13 @@ Done), the layers each host pulled, the most Nodes unavailable at once, and the 
 agent made (reads and writes, summed over its process lives from the restart to the end). Then
 the ratio off/pool and the issue's two targets: ratio >= 1.7 at N=6, P=20, and the pre-staged
 rollout <= P + N x (its own per-node time: those Nodes pulled nothing at their turn) + 15 s.
+
+With `--bootc V` (repeatable), every simulated host speaks bootc release V (model/
+bootc_releases.py): 1.16.10 pre-stages locked (`switch --download-only`), older releases pre-pull
+into the repository and stage at the turn. Pre-staged rollouts only, `--repeat` times each; printed
+per release: the median rollout, the bytes each Node's stage fetched at its turn (0 when the
+pre-stage or pre-pull held), and the ratio to the last release given. Target (the issue's): 1.12.0
+and 1.16.9 within 10 % of 1.16.10, and 0 bytes at every turn.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent.model.bootc_releases import DEFAULT_PERSONA, PERSONAS
 from tests.conformance import peers
 from tests.conformance.kit import Kit, KitCluster, KitMissing, locate_kit, prepare
 from tests.scenarios.backend import PoolBackend
@@ -58,6 +67,8 @@ class Run:
     pulls: dict[str, int]
     most_unavailable: int
     requests: dict[str, tuple[int, int]]  # node -> (reads, writes)
+    turn_bytes: dict[str, int]  # node -> bytes its turn's stage fetched
+    bootc: str = DEFAULT_PERSONA
 
 
 def progress(text: str) -> None:
@@ -82,7 +93,7 @@ def find_real_controller(choice: str, folder: Path) -> tuple[Kit | None, str]:
 
 
 async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode: str,
-                      jitter: float) -> Run:  # fmt: skip
+                      jitter: float, bootc: str = DEFAULT_PERSONA) -> Run:  # fmt: skip
     args = ["--prestage", mode, "--prestage-jitter", str(jitter)]
     cluster = backend(kit, base)
     async with bootstrapped(cluster, base, nodes, agent_args=args, logs=True) as (mcc, first):
@@ -90,6 +101,7 @@ async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode
         for node in mcc.nodes.values():  # the same manifest on every host: the same digest
             files = {"usr/lib/app/healthy": "yes"}
             image = node.sim.add_image(f"{IMAGE}:bench-p{pull:g}", files, pull_seconds=pull)
+            node.sim.set_bootc_version(bootc)  # read by the agents started below
         digest = image.split("@")[1]
         await mcc.stop_agents()  # fresh processes: their request counts start at the rollout
         lives_before = {name: len(mcc.api_requests(name)) for name in mcc.nodes}
@@ -120,23 +132,67 @@ async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode
             )
             for name, node in mcc.nodes.items()
         }
-        return Run(pull, mode, seconds, windows, cadence, pulls, most, requests)
+        turn_bytes = {name: turn_fetched(node.sim.actions(), digest)
+                      for name, node in mcc.nodes.items()}  # fmt: skip
+        return Run(pull, mode, seconds, windows, cadence, pulls, most, requests, turn_bytes,
+                   bootc)  # fmt: skip
+
+
+def turn_fetched(actions: list[dict[str, str]], digest: str) -> int:
+    """What the node's turn fetched: the last stage (not a locked pre-stage) of `digest`, as
+    the simulated bootc logs it (`fetched DIGEST BYTES stage`)."""
+    stages = [a["detail"].split() for a in actions
+              if a["kind"] == "fetched" and a["detail"].startswith(digest)]  # fmt: skip
+    turns = [int(bytes_) for _, bytes_, what in stages if what == "stage"]
+    if not turns:
+        raise RuntimeError(f"no stage of {digest} logged: the node never took its turn")
+    return turns[-1]
 
 
 def report(run: Run) -> None:
     windows = sorted(run.windows.values())
     reads = [r for r, _ in run.requests.values()]
     writes = [w for _, w in run.requests.values()]
-    print(f"P={run.pull:g} s  --prestage {run.mode:<4}  rollout {run.seconds:6.1f} s  "
+    print(f"bootc {run.bootc:<7}  P={run.pull:g} s  --prestage {run.mode:<4}  "
+          f"rollout {run.seconds:6.1f} s  "
           f"windows median {statistics.median(windows):5.1f} s (min {windows[0]:.1f}, "
           f"max {windows[-1]:.1f})  per node {statistics.median(run.cadence):5.1f} s  "
           f"most unavailable {run.most_unavailable}  "
           f"layers pulled per host {sorted(set(run.pulls.values()))}  "
           f"API per agent: reads {min(reads)}-{max(reads)}, "
-          f"writes {min(writes)}-{max(writes)}")  # fmt: skip
+          f"writes {min(writes)}-{max(writes)}  "
+          f"bytes fetched at each turn {sorted(set(run.turn_bytes.values()))}")  # fmt: skip
 
 
-async def main(nodes: int, pulls: list[float], jitter: float, controller: str) -> int:
+async def per_release(kit: Kit | None, nodes: int, pull: float, jitter: float,
+                      releases: list[str], repeat: int) -> bool:  # fmt: skip
+    """Pre-staged rollouts per bootc release; whether the issue's targets were met."""
+    medians: dict[str, float] = {}
+    turn_bytes: dict[str, set[int]] = {}
+    for release in releases:
+        runs = []
+        for k in range(repeat):
+            base = Path(tempfile.mkdtemp(prefix=f"bench-rollout-{release}-{k}-"))
+            runs.append(await one_rollout(kit, base, nodes, pull, "pool", jitter, release))
+            report(runs[-1])
+        medians[release] = statistics.median(run.seconds for run in runs)
+        turn_bytes[release] = {b for run in runs for b in run.turn_bytes.values()}
+    newest = releases[-1]
+    ok = True
+    for release in releases:
+        ratio = medians[release] / medians[newest]
+        within = release == newest or ratio <= 1.10
+        zero = turn_bytes[release] == {0}
+        ok = ok and within and zero
+        print(f"bootc {release:<7}  P={pull:g} s  N={nodes}  pre-staged rollout median of "
+              f"{repeat}: {medians[release]:.1f} s  / {newest}'s = {ratio:.3f}  bytes at the "
+              f"turns {sorted(turn_bytes[release])}  "
+              f"{'met' if within and zero else 'MISSED'}")  # fmt: skip
+    return ok
+
+
+async def main(nodes: int, pulls: list[float], jitter: float, controller: str,
+               releases: list[str], repeat: int) -> int:  # fmt: skip
     kit, why = find_real_controller(controller, Path(tempfile.mkdtemp(prefix="bench-peers-")))
     if kit is None and controller == "real":
         print(f"rollout: not run: {why}", file=sys.stderr)
@@ -146,6 +202,9 @@ async def main(nodes: int, pulls: list[float], jitter: float, controller: str) -
     print(f"controller: {used}, on {where}", flush=True)
     failed = False
     for pull in pulls:
+        if releases:
+            failed = failed or not await per_release(kit, nodes, pull, jitter, releases, repeat)
+            continue
         runs = {}
         for mode in ("pool", "off"):
             base = Path(tempfile.mkdtemp(prefix=f"bench-rollout-{mode}-"))
@@ -177,8 +236,14 @@ if __name__ == "__main__":
                         help="--prestage-jitter of the agents (seconds)")  # fmt: skip
     parser.add_argument("--controller", choices=("auto", "real", "standin"), default="auto",
                         help="auto: the real one when its binaries were supplied")  # fmt: skip
+    parser.add_argument("--bootc", action="append", choices=PERSONAS,
+                        help="pre-staged rollouts on this bootc release (repeatable; the last "
+                        "one is the reference)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rollouts per release (--bootc), the median is compared")  # fmt: skip
     options = parser.parse_args()
     os.environ.setdefault("IMAGE_MODE_AGENT_KIT", str(Path(__file__).resolve().parents[2]
                                                       / "shared/kit"))  # fmt: skip
     sys.exit(asyncio.run(main(options.nodes, options.pull or [20.0], options.jitter,
-                              options.controller)))  # fmt: skip
+                              options.controller, options.bootc or [],
+                              max(1, options.repeat))))  # fmt: skip

@@ -122,7 +122,7 @@ async def test_capabilities_probed_once_including_hidden_progress_fd(
 ) -> None:
     bootc = host.adapter(tmp_path)
     caps = await bootc.capabilities()
-    assert (caps.download_only, caps.soft_reboot, caps.progress_fd) == (True, True, True)
+    assert (caps.switch_download_only, caps.soft_reboot, caps.progress_fd) == (True, True, True)
     probes = len([c for c in host.calls() if "--help" in c])
     assert ["switch", "--progress-fd", "3", "--help"] in host.calls()  # hidden: probed by parse
     await bootc.stage(ref(D2))
@@ -135,7 +135,7 @@ async def test_capabilities_of_bootc_without_switch_download_only(
 ) -> None:
     host.configure(switch_download_only=False, progress_fd_in_help=True)
     caps = await host.adapter(tmp_path).capabilities()
-    assert caps.download_only is False and caps.progress_fd is True
+    assert caps.switch_download_only is False and caps.progress_fd is True
     assert not [c for c in host.calls() if c[:2] == ["switch", "--progress-fd"]]
 
 

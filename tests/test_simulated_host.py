@@ -120,11 +120,12 @@ async def test_an_image_fetched_once_is_not_fetched_again(sim: SimulatedHost) ->
     assert slots(sim)["staged"] is None
     seen: list[Progress] = []
     started = time.monotonic()
-    await bootc.stage(v2, seen.append)
+    fetched = await bootc.stage(v2, seen.append)
     assert time.monotonic() - started < 0.3  # no pull time
     assert len(pulls(sim, v2)) == LAYERS and len(switches(sim)) == 2
     assert digest_of(slots(sim)["staged"]) == v2.digest
-    assert seen == [Progress(seen[0].total_bytes, seen[0].total_bytes, "pulling")]
+    total = seen[0].total_bytes
+    assert seen == [Progress(total, total, "pulling", cached_bytes=total)] and fetched == 0
 
 
 async def test_an_image_already_staged_returns_at_once(sim: SimulatedHost) -> None:

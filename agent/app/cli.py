@@ -16,6 +16,7 @@ from agent.core.policy import (
     Allowlist,
 )
 from agent.errors import HostError, InputError
+from agent.model.bootc_releases import DEFAULT_PERSONA, PERSONAS
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.sources.disruption_policy import load_live_policy
@@ -219,7 +220,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         files[rel] = text
     base = Path(args.dir)
     if args.sim_command == "create":
-        sim = SimulatedHost.create(base, args.image, files)
+        sim = SimulatedHost.create(base, args.image, files, bootc_version=args.bootc_version)
         print(json.dumps(sim.status_document()["status"]["booted"]["image"], indent=2))
     elif args.sim_command == "add-image":
         sim = SimulatedHost(base)
@@ -404,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("dir")
     create.add_argument("--image", required=True, help="registry/path:tag to boot")
     create.add_argument("--file", action="append", help="RELATIVE/PATH=TEXT the image ships")
+    create.add_argument("--bootc-version", choices=PERSONAS, default=DEFAULT_PERSONA,
+                        help="the bootc release the host runs")  # fmt: skip
     add = sim_sub.add_parser("add-image", help="add an image to the host's registry")
     add.add_argument("dir")
     add.add_argument("ref", help="registry/path:tag")

@@ -27,6 +27,7 @@ from agent.errors import HostError, InputError, describe_fault, fault_frames, pa
 from agent.host.durable import write_json
 from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
+from agent.model.bootc_caps import prestage_path
 from agent.observe.http import StatusBoard
 from agent.observe.metrics import Metrics
 from agent.sources.disruption_policy import load_live_policy
@@ -155,7 +156,10 @@ async def run_cluster_source(
             retry_initial=getattr(args, "prestage_retry", 10.0),
         ),
     )
-    agent = ClusterAgent(api, node_api, host, allowlist, options, board or StatusBoard())
+    board = board or StatusBoard()
+    if not options.dry_run:
+        await announce_bootc(host, board)
+    agent = ClusterAgent(api, node_api, host, allowlist, options, board)
     try:
         return await until_signalled(agent.run())
     finally:
@@ -206,8 +210,31 @@ def write_status(
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **(extra or {}),
     }
+    if board.bootc is not None:
+        status["bootc"] = board.bootc
     write_json(host.state_dir / "status.json", status)
     board.publish(status)
+
+
+async def announce_bootc(host: Host, board: StatusBoard) -> None:
+    """Probe the host's bootc once at start: one log line naming what it has and lacks, the
+    capability metric, and `bootc` in /status and status.json. A probe that fails is logged;
+    the first bootc call that needs it fails again, with its own reason."""
+    log = structlog.get_logger("agent")
+    try:
+        caps = await host.bootc.capabilities()
+    except HostError as exc:
+        log.warning("bootc capabilities unknown", error=str(exc), kind=exc.kind)
+        return
+    path = prestage_path(caps)
+    board.publish_bootc({
+        "version": caps.version or None,
+        "capabilities": caps.named(),
+        "prestage": path.kind,
+        "note": path.note or None,
+    })  # fmt: skip
+    log.info("bootc capabilities", summary=caps.summary(), prestage=path.kind,
+             note=path.note or None)  # fmt: skip
 
 
 def metered_hooks(metrics: Metrics) -> Hooks:
@@ -238,7 +265,10 @@ async def run_file_source(
 ) -> int:
     """Reconcile PATH until stopped (or once). Returns the process exit code. `allowlist`:
     the one the host's files port asks, kept in step with `options.policy_file`."""
-    loop = _reconcile_loop(path, host, options, out, board or StatusBoard(), allowlist)
+    board = board or StatusBoard()
+    if not options.dry_run:
+        await announce_bootc(host, board)
+    loop = _reconcile_loop(path, host, options, out, board, allowlist)
     return await until_signalled(loop)
 
 

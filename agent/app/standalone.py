@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.app.runtime import exit_code, journal_phase, metered_hooks, write_status
+from agent.app.runtime import (
+    announce_bootc,
+    exit_code,
+    journal_phase,
+    metered_hooks,
+    write_status,
+)
 from agent.errors import InputError
 from agent.follow.agent import FollowAgent, FollowOptions
 from agent.host.ports import Host
@@ -84,6 +90,8 @@ async def run_follow_source(
     soft_reboot: bool = False,
 ) -> int:
     """Follow `image` on `host` until stopped (or once); the process exit code."""
+    if not dry_run:
+        await announce_bootc(host, board)
     engine = Engine(host, max_boot_attempts=max_boot_attempts,
                     hooks=metered_hooks(board.metrics), soft_reboot=soft_reboot)  # fmt: skip
     options = FollowOptions(

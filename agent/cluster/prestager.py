@@ -68,6 +68,7 @@ class Prestager:
         self._picked_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._task_key: str | None = None  # the Desired.key the task pre-stages
+        self._pulled = False  # the task's pre-stage was a pre-pull (checked again on wake-up)
         self._stopped_key: str | None = None  # a pre-stage stopped for good (full disk)
         self._paused = 0
         self.log = structlog.get_logger("prestage").bind(node=node.name)
@@ -145,16 +146,23 @@ class Prestager:
         except InputError as exc:
             self.log.warning("pool target not usable; not pre-staged", config=name, error=str(exc))
             return
-        if desired.key in (self._task_key, self._stopped_key):
-            return  # running, done, or stopped for good
+        if desired.key == self._stopped_key:
+            return  # stopped for good
+        if desired.key == self._task_key and not (self._pulled and self._task_done()):
+            return  # running, or staged locked (no ordinary boot or prune undoes that)
+        # Not yet, or pre-pulled: any staging since (an admin's, the timer's) pruned it from
+        # the repository, so every wake-up checks it is still there (one `image list`).
         await self._cancel_task()
         if self._paused:
             return  # the update began while we looked: it owns bootc now
         self._task_key = desired.key
         self._task = asyncio.create_task(self._prestage(name, desired))
 
+    def _task_done(self) -> bool:
+        return self._task is not None and self._task.done()
+
     async def _cancel_task(self) -> None:
-        task, self._task, self._task_key = self._task, None, None
+        task, self._task, self._task_key, self._pulled = self._task, None, None, False
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -217,15 +225,24 @@ class Prestager:
             self._stopped_key = desired.key
             await self._failed(name, target, exc, retrying=False)
             return
-        if result.startswith("skipped"):
-            self.log.info("not pre-staged", config=name, why=result)
+        if result.skipped:
+            self.log.info("not pre-staged", config=name, why=result.note)
             self._set_state("none")
+            if result.note.startswith("pre-staging unavailable"):
+                await self.events.emit("PrestageSkipped", f"Pool target {name}: "
+                                       f"{result.note}", warning=True)  # fmt: skip
             return
+        self._pulled = result.outcome.endswith("pulled")
         self._set_state("staged")
-        self.log.info("pre-staged", config=name, image=target, result=result)
-        await self.events.emit("OSImagePrestaged", f"Pool target {name}: OS image {target} "
-                               "staged locked; it is applied only when this node's turn "
-                               "comes")  # fmt: skip
+        self.log.info("pre-staged", config=name, image=target, result=str(result))
+        if result.outcome == "staged":
+            await self.events.emit("OSImagePrestaged", f"Pool target {name}: OS image {target} "
+                                   "staged locked; it is applied only when this node's turn "
+                                   "comes")  # fmt: skip
+        elif result.outcome == "pulled":
+            await self.events.emit("OSImagePrepulled", f"Pool target {name}: OS image {target} "
+                                   "pulled into the repository, nothing staged; this node's "
+                                   f"turn fetches no layer ({result.note})")  # fmt: skip
 
     async def _failed(self, name: str, target: str, exc: BaseException | None,
                       retrying: bool) -> None:  # fmt: skip

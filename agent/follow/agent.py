@@ -44,6 +44,7 @@ from agent.update.engine import (
     WORKING,
     Engine,
     Outcome,
+    PrestageResult,
 )
 from agent.update.journal import IN_FLIGHT
 
@@ -221,8 +222,8 @@ class FollowAgent:
                 reason = f"pre-staging {target} failed ({exc.kind}): {exc}"
                 self.metrics.prestage_failures.labels(exc.kind).inc()
                 return Outcome(DEGRADED, reason, plan=plan, retryable=True), self._retry_wait()
-            prestaged = f"skipped: {exc}"  # no locked stage here: staged at the reboot
-        self.log.info("pre-stage", target=str(target), result=prestaged)
+            prestaged = PrestageResult("skipped", str(exc))  # staged at the reboot
+        self.log.info("pre-stage", target=str(target), result=str(prestaged))
         self.decision = await self.strategy.can_finalize()
         self.metrics.record_strategy(self.strategy, self.decision)
         d = self.decision
@@ -230,9 +231,13 @@ class FollowAgent:
                       reason=d.reason, lock_held=d.lock_held,
                       next_window=d.next_window.isoformat() if d.next_window else None)  # fmt: skip
         if not self.decision.allowed:
-            reason = f"staged {target}; reboot held: {self.decision.reason}"
-            if prestaged.startswith("skipped"):
+            if prestaged.skipped:
                 reason = f"update to {target} waits: {self.decision.reason} ({prestaged})"
+            elif prestaged.outcome.endswith("pulled"):
+                reason = (f"pre-pulled {target}; reboot held: {self.decision.reason} "
+                          f"({prestaged.note})")  # fmt: skip
+            else:
+                reason = f"staged {target}; reboot held: {self.decision.reason}"
             wait = self.decision.retry_after if self.decision.retry_after is not None \
                 else self._interval()  # fmt: skip
             return Outcome(HELD, reason, plan=plan), max(1.0, wait)

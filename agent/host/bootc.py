@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +41,17 @@ from agent.core.trust import StageTrust
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.durable import write_atomic
-from agent.host.ports import Progress, ProgressCallback
+from agent.host.ports import Progress, ProgressCallback, TagResolving
 from agent.host.units import ProcessUnitRunner, UnitRunner, UnitState, run_process
+from agent.model.bootc_caps import (
+    LIST_ARGS,
+    PULL_PROBE_ARGS,
+    Capabilities,
+    from_help,
+    listed,
+    parse_version,
+    pull_argv,
+)
 from agent.model.bootc_check import check_argv, parse_check_output, unchanged_digest
 from agent.model.bootc_status import BootcHost, parse_bootc_status
 from agent.model.imageref import ImageRef
@@ -54,7 +62,6 @@ _FORBIDDEN = frozenset({"--apply", "--mutate-in-place"})
 # Runs bootc with stderr and fd 3 (progress) in files, then copies stderr to the unit's own
 # stream (the journal) so `journalctl -u image-mode-agent-stage` still shows the error.
 _WRAPPER = 'err=$1 prog=$2; shift 2; "$@" 2>"$err" 3>>"$prog"; rc=$?; cat "$err" >&2; exit $rc'
-_FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 # systemd properties of the stage unit, as plain values (this module stays free of D-Bus; the
 # systemd runner types them): idle I/O class (3) and low weights, so a pull only uses what the
 # node's workloads leave, and a nice level for runners that can only renice.
@@ -73,18 +80,7 @@ class BootcTimeouts:
     unlock: float = 300.0
     rollback: float = 300.0
     check: float = 300.0  # `upgrade --check` fetches a manifest and a config
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What the installed bootc supports, from its `--help` (probed once per adapter)."""
-
-    download_only: bool = False  # `switch --download-only` (and `upgrade --from-downloaded`)
-    from_downloaded: bool = False  # `upgrade --from-downloaded` (bootc >= 1.5)
-    soft_reboot: bool = False  # `upgrade --soft-reboot`
-    progress_fd: bool = False  # `switch --progress-fd` (hidden upstream: probed by parse)
-    sigpolicy: bool = False  # `switch --enforce-container-sigpolicy`
-    upgrade_tag: bool = False  # `upgrade --tag` (bootc >= 1.15): check another tag of the spec
+    pull: float = 3600.0  # a pre-pull fetches the whole image, as a stage does
 
 
 def progress_from_event(line: str) -> Progress | None:
@@ -101,6 +97,7 @@ def progress_from_event(line: str) -> Progress | None:
             done_bytes=int(event.get("bytes") or 0),
             total_bytes=int(event.get("bytesTotal") or 0),
             step=task,
+            cached_bytes=int(event.get("bytesCached") or 0),
         )
     if kind == "ProgressSteps":
         steps, total = int(event.get("steps") or 0), int(event.get("stepsTotal") or 0)
@@ -128,8 +125,12 @@ class Bootc:
         env: Mapping[str, str] | None = None,
         unit: str = STAGE_UNIT,
         progress_poll: float = 0.2,
+        ostree: str = "ostree",
+        resolver: TagResolving | None = None,
     ) -> None:
         self.bootc = bootc
+        self.ostree = ostree
+        self.resolver = resolver
         self._prefix = list(command_prefix)
         self.runner: UnitRunner = runner or ProcessUnitRunner(command_prefix)
         self.timeouts = timeouts or BootcTimeouts()
@@ -161,31 +162,40 @@ class Bootc:
             raise bootc_errors.failure(what, stderr, result.status)
         return result.stdout
 
-    async def _accepts(self, args: Sequence[str]) -> tuple[bool, str]:
-        """Whether bootc parses `args` (exit 0), and what it printed."""
-        argv = [*self._prefix, self.bootc, *args]
-        result = await run_process(argv, self.timeouts.probe, self._direct_env())
+    async def _accepts(self, args: Sequence[str], program: str | None = None) -> tuple[bool, str]:
+        """Whether `program` (bootc) parses `args` (exit 0), and what it printed; a program
+        that is not installed accepts nothing."""
+        argv = [*self._prefix, program or self.bootc, *args]
+        try:
+            result = await run_process(argv, self.timeouts.probe, self._direct_env())
+        except FileNotFoundError:
+            return False, ""
         if result.status is None:
-            raise HostError(f"bootc {' '.join(args)} timed out", kind="timeout")
+            raise HostError(f"{argv[len(self._prefix)]} {' '.join(args)} timed out", kind="timeout")
         return result.status == 0, result.stdout.decode(errors="replace")
 
     async def capabilities(self) -> Capabilities:
-        """Probe once per adapter; `switch --progress-fd 3 --help` succeeds only when the hidden
-        flag exists (clap rejects an unknown argument before it reaches `--help`)."""
+        """Probe once per adapter, from `--help` (bootc-versions.md: detect features, never
+        parse versions). Hidden flags and verbs are probed by parse: clap rejects an unknown
+        argument before it reaches `--help`."""
         if self._caps is None:
+            _, version = await self._accepts(["--version"])
             _, switch_help = await self._accepts(["switch", "--help"])
             _, upgrade_help = await self._accepts(["upgrade", "--help"])
-            switch, upgrade = set(_FLAG.findall(switch_help)), set(_FLAG.findall(upgrade_help))
-            progress = "--progress-fd" in switch
+            progress = "--progress-fd" in switch_help
             if not progress:
                 progress, _ = await self._accepts(["switch", "--progress-fd", "3", "--help"])
-            self._caps = Capabilities(
-                download_only="--download-only" in switch and "--from-downloaded" in upgrade,
-                from_downloaded="--from-downloaded" in upgrade,
-                soft_reboot="--soft-reboot" in upgrade,
+            image_pull, _ = await self._accepts(PULL_PROBE_ARGS)
+            lock, _ = await self._accepts(
+                ["admin", "lock-finalization", "--help"], program=self.ostree
+            )
+            self._caps = from_help(
+                switch_help,
+                upgrade_help,
                 progress_fd=progress,
-                sigpolicy="--enforce-container-sigpolicy" in switch,
-                upgrade_tag="--tag" in upgrade,
+                image_pull=image_pull,
+                lock_finalization=lock,
+                version=parse_version(version),
             )
         return self._caps
 
@@ -223,11 +233,19 @@ class Bootc:
 
     async def check_update(self, image: ImageRef) -> str:
         """`bootc upgrade --check [--tag TAG]`: the digest the tag points to (bootc resolves
-        it with the host's registries.conf, mirrors and credentials, as it will pull it)."""
+        it with the host's registries.conf, mirrors and credentials, as it will pull it).
+        Where bootc cannot check that tag (no `upgrade --tag` before 1.15, or another
+        repository than the spec's), the resolver asks the registry as bootc would
+        (host/skopeo.py): the same digest, for the same tag."""
         async with self._lock:
             caps = await self.capabilities()
             host = await self._status()
-            args = check_argv(host.spec_image, image, caps.upgrade_tag)
+            try:
+                args = check_argv(host.spec_image, image, caps.upgrade_tag)
+            except HostError as exc:
+                if exc.kind != "unsupported" or self.resolver is None:
+                    raise
+                return await self.resolver.resolve(image)
             out = await self._run(args, self.timeouts.check, "bootc " + " ".join(args))
             try:
                 answer = parse_check_output(out.decode(errors="replace"))
@@ -246,14 +264,16 @@ class Bootc:
         """At the reboot slot: let the next boot apply a download-only (locked) staged
         deployment (`bootc upgrade --from-downloaded`), and with `soft` prepare a soft reboot
         where bootc can (`--soft-reboot auto` falls back to a full reboot). Returns whether
-        anything was asked of bootc; an unlocked staged deployment needs nothing."""
+        anything was asked of bootc; an unlocked staged deployment needs nothing. bootc
+        before 1.12 has no `--from-downloaded`: nothing it staged is locked, and the soft
+        reboot it cannot prepare is not asked for (`soft_reboot_possible`)."""
         async with self._lock:
             caps = await self.capabilities()
             host = await self._status()
             if host.staged is None:
                 raise HostError("no staged deployment to apply", kind="no-staged")
-            want_soft = soft and caps.soft_reboot and host.staged.soft_reboot_capable
-            if not (host.staged.download_only or want_soft) or not caps.from_downloaded:
+            want_soft = soft and soft_reboot_possible(caps) and host.staged.soft_reboot_capable
+            if not (host.staged.download_only or want_soft) or not caps.upgrade_from_downloaded:
                 return False
             args = ["upgrade", "--from-downloaded"]
             if want_soft:
@@ -268,51 +288,102 @@ class Bootc:
         *,
         locked: bool = False,
         trust: StageTrust | None = None,
-    ) -> None:
+    ) -> int | None:
         """`bootc switch --transport registry NAME@DIGEST` (with `--download-only` where
         supported, so a plain reboot cannot apply it by accident) in the stage unit, at low
         priority; nothing when that digest is staged already. `locked` demands download-only:
         kind `unsupported` where this bootc cannot, before anything is pulled. `trust`: see
         the module's docstring; a refusal or a policy this bootc cannot enforce is kind
-        `signature`, before anything runs."""
-        if not image.pinned or image.digest is None:
-            raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
-        trust = trust or StageTrust()
-        if trust.refusal:
-            raise HostError(trust.refusal, kind="signature")
-        ref = str(image.with_digest(image.digest))  # bootc canonicalizes name:tag@d to name@d
+        `signature`, before anything runs. Returns the bytes fetched, from bootc's progress
+        events (`bytes - bytesCached`): 0 when it reported no pull (the image was in the
+        repository: bootc-versions.md §2), None without `--progress-fd`."""
+        ref, trust = _pinned(image, trust, "stage")
         async with self._lock:
             caps = await self.capabilities()
             if trust.enforce and not caps.sigpolicy:
                 raise HostError(
-                    f"cannot verify {ref}: this bootc has no `bootc switch "
+                    f"cannot verify {ref}: {caps.who} has no `bootc switch "
                     "--enforce-container-sigpolicy`",
                     kind="signature",
                 )
-            if trust.policy is not None and not self.runner.can_bind_paths:
+            self._check_bind(ref, trust)
+            if locked and not caps.locked_staging:
                 raise HostError(
-                    f"cannot verify {ref}: the stage policy needs a systemd unit to mount it",
-                    kind="signature",
-                )
-            if locked and not caps.download_only:
-                raise HostError(
-                    f"cannot stage {ref} locked: this bootc has no `bootc switch "
+                    f"cannot stage {ref} locked: {caps.who} has no `bootc switch "
                     "--download-only` (with `bootc upgrade --from-downloaded`), so any reboot "
                     "would boot the staged image",
                     kind="unsupported",
                 )
-            if await self._staged_already(image.digest, trust.enforce):
-                return
+            if await self._staged_already(image.digest or "", trust.enforce):
+                return 0
             argv = [self.bootc, "switch", "--transport", "registry"]
             if trust.enforce:
                 argv.append("--enforce-container-sigpolicy")
-            if caps.download_only:
+            if caps.locked_staging:
                 argv.append("--download-only")
             if caps.progress_fd:
                 argv += ["--progress-fd", "3"]
             argv.append(ref)
+            fetched = _Fetched(on_progress)
             description = await self._start_or_adopt(ref, argv, trust)
-            await self._follow(description, on_progress if caps.progress_fd else None)
+            await self._follow(description, fetched if caps.progress_fd else None)
+            return fetched.bytes if caps.progress_fd else None
+
+    async def pull(
+        self,
+        image: ImageRef,
+        on_progress: ProgressCallback | None = None,
+        *,
+        trust: StageTrust | None = None,
+    ) -> None:
+        """Pre-pull `NAME@DIGEST` into /sysroot/ostree/repo with the hidden ostree-ext pull
+        (model/bootc_caps.py pull_argv), in the stage unit at the stage's priority: staged
+        nothing, so any reboot is harmless. Signed (`ostree-image-signed:`) when the stage
+        enforces the policy, under the same stage policy mount. It takes no sysroot lock, so
+        it runs under this adapter's lock like every bootc call. Checked afterwards: a pull
+        that exited 0 and stored nothing is an error."""
+        ref, trust = _pinned(image, trust, "pre-pull")
+        async with self._lock:
+            caps = await self.capabilities()
+            if not caps.image_pull:
+                raise HostError(
+                    f"cannot pre-pull {ref}: {caps.who} has no `bootc internals "
+                    "ostree-container image pull`",
+                    kind="unsupported",
+                )
+            self._check_bind(ref, trust)
+            if on_progress is not None:
+                on_progress(Progress(step="pre-pulling"))
+            argv = pull_argv(self.bootc, ref, signed=trust.enforce)
+            description = await self._start_or_adopt(ref, argv, trust, verb="pre-pull")
+            await self._follow(description, None, what="bootc internals ostree-container pull")
+            if not await self._pulled(ref):
+                raise HostError(
+                    f"pre-pull of {ref} ended but the repository does not list it", kind="other"
+                )
+
+    async def pulled(self, image: ImageRef) -> bool:
+        if image.digest is None:
+            return False
+        async with self._lock:
+            return await self._pulled(str(image.with_digest(image.digest)))
+
+    async def prune(self) -> None:
+        async with self._lock:
+            await self._run(
+                ["internals", "cleanup"], self.timeouts.unlock, "bootc internals cleanup"
+            )
+
+    async def _pulled(self, ref: str) -> bool:
+        out = await self._run(LIST_ARGS, self.timeouts.status, "bootc internals image list")
+        return listed(out.decode(errors="replace"), ref)
+
+    def _check_bind(self, ref: str, trust: StageTrust) -> None:
+        if trust.policy is not None and not self.runner.can_bind_paths:
+            raise HostError(
+                f"cannot verify {ref}: the stage policy needs a systemd unit to mount it",
+                kind="signature",
+            )
 
     async def _staged_already(self, digest: str, enforce: bool) -> bool:
         """Whether `digest` is staged, verified as asked, and stays so. Not while a stage unit
@@ -335,10 +406,13 @@ class Bootc:
             *(self._local_run_dir / name for name in names),
         )
 
-    async def _start_or_adopt(self, ref: str, argv: list[str], trust: StageTrust) -> str:
-        # The description names what the stage verifies: a stage started under other trust
-        # (a pre-stage before the policy changed) is never adopted.
-        description = f"image-mode-agent: stage {ref}"
+    async def _start_or_adopt(
+        self, ref: str, argv: list[str], trust: StageTrust, verb: str = "stage"
+    ) -> str:
+        # The description names what the unit does and verifies: a stage started under other
+        # trust (a pre-stage before the policy changed), or a pre-pull where a stage is wanted,
+        # is never adopted.
+        description = f"image-mode-agent: {verb} {ref}"
         if trust.enforce:
             description += " (signatures enforced)"
         state = await self.runner.unit_state(self.unit)
@@ -364,7 +438,12 @@ class Bootc:
         )
         return description
 
-    async def _follow(self, description: str, on_progress: ProgressCallback | None) -> None:
+    async def _follow(
+        self,
+        description: str,
+        on_progress: ProgressCallback | None,
+        what: str = "bootc switch",
+    ) -> None:
         _, _, local_err, local_prog = self._paths()
         tail = asyncio.create_task(self._tail(local_prog, on_progress)) if on_progress else None
         final: UnitState | None = None
@@ -386,14 +465,14 @@ class Bootc:
         if final is None:  # deadline: stop the unit; a later stage starts afresh
             await self.runner.stop_unit(self.unit)
             await self.runner.clear_unit(self.unit)
-            raise bootc_errors.timed_out("bootc switch", stderr, self.timeouts.stage)
+            raise bootc_errors.timed_out(what, stderr, self.timeouts.stage)
         await self.runner.clear_unit(self.unit)
         if self._cancelled:
             raise HostError("staging was cancelled", kind="cancelled")
         if final.load_state != "loaded":  # stopped by someone else, then garbage-collected
             raise HostError(f"{self.unit} was stopped before bootc finished", kind="cancelled")
         if not final.ok or final.exec_main_status != 0:
-            raise bootc_errors.failure("bootc switch", stderr, final.exec_main_status)
+            raise bootc_errors.failure(what, stderr, final.exec_main_status)
 
     async def _tail(self, path: Path, on_progress: ProgressCallback) -> None:
         """Feed progress lines to the callback as bootc appends them (a partial last line
@@ -428,6 +507,38 @@ class Bootc:
         state = await self.runner.unit_state(self.unit)
         if state.running:
             await self.runner.stop_unit(self.unit)
+
+
+def soft_reboot_possible(caps: Capabilities) -> bool:
+    """bootc prepares a soft reboot of a staged deployment at the turn with `upgrade
+    --from-downloaded --soft-reboot auto` (>= 1.12); never while pre-staging (bootc-versions.md
+    §6: a prepared nextroot of a locked deployment would run at the next ordinary reboot)."""
+    return caps.soft_reboot and caps.upgrade_from_downloaded
+
+
+class _Fetched:
+    """A progress callback that also counts the bytes bootc fetched (not found cached)."""
+
+    def __init__(self, on_progress: ProgressCallback | None) -> None:
+        self.on_progress = on_progress
+        self.bytes = 0
+
+    def __call__(self, progress: Progress) -> None:
+        if progress.total_bytes:
+            self.bytes = max(self.bytes, progress.done_bytes - progress.cached_bytes)
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
+
+def _pinned(image: ImageRef, trust: StageTrust | None, verb: str) -> tuple[str, StageTrust]:
+    """`NAME@DIGEST` (bootc canonicalizes name:tag@d to name@d, and a pre-pull must store that
+    exact string) and the trust, or the refusal before anything runs."""
+    if not image.pinned or image.digest is None:
+        raise HostError(f"refusing to {verb} {image}: not pinned by digest", kind="input")
+    trust = trust or StageTrust()
+    if trust.refusal:
+        raise HostError(trust.refusal, kind="signature")
+    return str(image.with_digest(image.digest)), trust
 
 
 def _read_text(path: Path) -> str:

@@ -16,6 +16,7 @@ import aiohttp
 from agent.host.bootc import Bootc
 from agent.host.health import CheckRunner
 from agent.host.ports import Host
+from agent.host.skopeo import TagResolver
 from agent.host.systemd import Systemd
 from agent.model.checks import CheckReport, CheckResult
 
@@ -78,11 +79,15 @@ def local_host(options: LocalOptions, is_allowed: Callable[[str], bool]) -> tupl
     from agent.host.files import RootedFiles
 
     systemd = Systemd(options.bus_address, command_prefix=shlex.split(options.bootc_prefix))
+    prefix = shlex.split(options.bootc_prefix)
     bootc = Bootc(
         bootc=options.bootc,
-        command_prefix=shlex.split(options.bootc_prefix),
+        command_prefix=prefix,
         runner=systemd,
         host_root=options.root,
+        # bootc before 1.15 cannot check a tag once the host runs a digest: ask the registry
+        # as bootc would (its auth files, the host's architecture).
+        resolver=TagResolver(command_prefix=prefix, host_root=options.root),
     )
     host = Host(
         root=options.root,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.core.trust import StageTrust
+from agent.model.bootc_caps import Capabilities
 from agent.model.bootc_status import BootcHost
 from agent.model.checks import CheckReport
 from agent.model.ignition import Owner
@@ -24,6 +25,7 @@ class Progress:
     done_bytes: int = 0
     total_bytes: int = 0
     step: str = ""
+    cached_bytes: int = 0  # of done_bytes, what was in the repository already (not fetched)
 
     def render(self) -> str:
         if self.total_bytes:
@@ -61,6 +63,10 @@ class FilesPort(Protocol):
 class BootcPort(Protocol):
     async def status(self) -> BootcHost: ...
 
+    async def capabilities(self) -> Capabilities:
+        """What this host's bootc accepts (model/bootc_caps.py), probed once."""
+        ...
+
     async def stage(
         self,
         image: ImageRef,
@@ -68,15 +74,39 @@ class BootcPort(Protocol):
         *,
         locked: bool = False,
         trust: StageTrust | None = None,
-    ) -> None:
+    ) -> int | None:
         """Pull and stage `image` (digest-pinned) for the next boot; never applies it. Returns
-        at once when a deployment of that digest is staged already. Staging runs at low
-        priority (idle I/O, low CPU weight). `locked`: the deployment must be download-only,
-        so an ordinary reboot discards it instead of booting it; a bootc that cannot lock
-        raises HostError kind `unsupported` before pulling anything. Unlocked, it is still
-        download-only where bootc supports that. `trust` (core/trust.py): verify the image's
-        signatures against the host's policy; a refusal or a failed verification raises
-        HostError kind `signature` before the image is staged."""
+        the bytes fetched from the registry (0 when the image was in the repository already,
+        None when bootc did not say), at once when a deployment of that digest is staged
+        already. Staging runs at low priority (idle I/O, low CPU weight). `locked`: the
+        deployment must be download-only, so an ordinary reboot discards it instead of booting
+        it; a bootc that cannot lock raises HostError kind `unsupported` before pulling
+        anything. Unlocked, it is still download-only where bootc supports that. `trust`
+        (core/trust.py): verify the image's signatures against the host's policy; a refusal or
+        a failed verification raises HostError kind `signature` before the image is staged."""
+        ...
+
+    async def pull(
+        self,
+        image: ImageRef,
+        on_progress: ProgressCallback | None = None,
+        *,
+        trust: StageTrust | None = None,
+    ) -> None:
+        """Pre-pull: fetch `image` (digest-pinned) into the booted sysroot's repository and
+        stage nothing, so no reboot of any kind can boot it; a later `stage()` of the same
+        reference fetches no layer. HostError kind `unsupported` when this bootc cannot; `trust`
+        as for stage() (the pull verifies what the stage would)."""
+        ...
+
+    async def prune(self) -> None:
+        """Drop every image no deployment uses from the repository (`bootc internals
+        cleanup`), so that the next stage fetches, and verifies, what it stages."""
+        ...
+
+    async def pulled(self, image: ImageRef) -> bool:
+        """Whether `image` (digest-pinned) is in the repository now. Any staging prunes what no
+        deployment uses, so a pre-pull is checked again before it is relied on."""
         ...
 
     async def check_update(self, image: ImageRef) -> str:
@@ -96,6 +126,12 @@ class BootcPort(Protocol):
     async def unlock_staged(self, *, soft: bool = False) -> bool:
         """At the reboot slot: make a download-only staged deployment apply at the next boot
         (and prepare a soft reboot when `soft`). Returns whether bootc was asked anything."""
+        ...
+
+
+class TagResolving(Protocol):
+    async def resolve(self, image: ImageRef) -> str:
+        """The per-architecture digest the tag `image` points to, as bootc would pull it."""
         ...
 
 

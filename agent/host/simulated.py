@@ -9,10 +9,15 @@ Layout of DIR:
   layers.json      the image layers fetched so far, by digest (ostree's layer cache)
   actions.log      one JSON line per unit action, command, layer pulled and reboot, in order
 
-It models a bootc with download-only support: every stage is locked (`downloadOnly`), and
-`unlock_staged()` (`bootc upgrade --from-downloaded`) arms it. An image is LAYERS layers; a
-fetched layer stays cached, so a cancelled pull resumes where it stopped and an image pulled
-once is not pulled again.
+It speaks one bootc release (`bootc_version` in host.json, default the newest persona of
+model/bootc_releases.py), with that release's capabilities and status fields: from 1.16.10
+every stage is locked (`switch --download-only`) and `unlock_staged()` (`bootc upgrade
+--from-downloaded`) arms it; before, a stage is an ordinary staged deployment, and `pull()` (the
+hidden `internals ostree-container image pull`) fetches an image into the repository without
+staging it. An image is LAYERS layers; a fetched layer stays cached, so a cancelled pull
+resumes where it stopped, until a stage completes: every stage prunes the images no deployment
+uses (ostree-ext's prune at the end of bootc's stage, bootc-versions.md §3). A stage of an image
+whose layers are all cached fetches nothing and contacts no registry (§2).
 
 A reboot only marks the host; `boot()` (run when the next agent process starts, as a machine
 boots before its services) makes an unlocked staged deployment the booted one, discards a
@@ -43,7 +48,9 @@ from agent.host.durable import read_json, write_json
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback
+from agent.model.bootc_caps import REPO, Capabilities, pull_imgref
 from agent.model.bootc_check import check_argv
+from agent.model.bootc_releases import DEFAULT_PERSONA, features_of
 from agent.model.bootc_status import BootcHost, bootc_host_from_object
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.sigpolicy import POLICY_PATH, REJECT, parse_policy
@@ -101,10 +108,18 @@ class SimulatedHost:
 
     # -- setup ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, base: Path, image: str, files: dict[str, str] | None = None) -> SimulatedHost:
-        """A new host booted into `image` (added to its registry)."""
+    def create(
+        cls,
+        base: Path,
+        image: str,
+        files: dict[str, str] | None = None,
+        *,
+        bootc_version: str = DEFAULT_PERSONA,
+    ) -> SimulatedHost:
+        """A new host booted into `image` (added to its registry), its bootc that release."""
         base = Path(base)
         parse_image_ref(image)  # a bad reference fails before anything is written
+        _features(bootc_version)
         if (base / "host.json").exists():
             raise HostError(f"{base} already holds a simulated host", kind="input")
         sim = cls(base)
@@ -134,6 +149,7 @@ class SimulatedHost:
                 "rollback": None,
                 "rollback_queued": False,
                 "fail_next_boot": False,
+                "bootc_version": bootc_version,
             },
         )
         sim._lay_image_files(None, digest)
@@ -170,6 +186,20 @@ class SimulatedHost:
             registry.setdefault("tags", {})[f"{image.name}:{image.tag}"] = digest
         write_json(self._registry_path, registry)
         return str(image.with_digest(digest))
+
+    @property
+    def bootc_version(self) -> str:
+        return str(self._state().get("bootc_version") or DEFAULT_PERSONA)
+
+    def features(self) -> frozenset[str]:
+        return _features(self.bootc_version)
+
+    def set_bootc_version(self, version: str) -> None:
+        """Install another bootc release (an OS update would bring one)."""
+        _features(version)
+        state = self._state()
+        state["bootc_version"] = version
+        write_json(self._state_path, state)
 
     def set_next_boot_fails(self, fails: bool = True) -> None:
         state = self._state()
@@ -218,6 +248,17 @@ class SimulatedHost:
         cache = read_json(self._layers_path) or {}
         cache[digest] = sorted({*cache.get(digest, []), layer})
         write_json(self._layers_path, cache)
+
+    def _prune(self, state: dict[str, Any]) -> None:
+        """What ends every bootc stage: images no deployment uses leave the repository."""
+        deployed = {(state.get(slot) or {}).get("digest") for slot in ("booted", "staged",
+                                                                      "rollback")}  # fmt: skip
+        cache = read_json(self._layers_path) or {}
+        pruned = sorted(digest for digest in cache if digest not in deployed)
+        if pruned:
+            write_json(self._layers_path, {d: v for d, v in cache.items() if d in deployed})
+            for digest in pruned:
+                self.log_action("prune", digest)
 
     # -- booting -------------------------------------------------------------------------
     def _lay_image_files(self, old_digest: str | None, new_digest: str | None) -> None:
@@ -306,6 +347,7 @@ class SimulatedHost:
         """The host as `bootc status --format json` prints it (org.containers.bootc/v1)."""
         state = self._state()
         images = self._registry()["images"]
+        features = _features(str(state.get("bootc_version") or DEFAULT_PERSONA))
 
         def cached(digest: str | None) -> dict[str, Any] | None:
             meta = images.get(digest or "")
@@ -339,9 +381,20 @@ class SimulatedHost:
                 "cachedUpdate": cached(slot.get("cached_update")),
                 "incompatible": False,
                 "pinned": False,
-                "softRebootCapable": bool(meta.get("soft_reboot_capable"))
-                and slot is state["staged"],
-                "downloadOnly": bool(slot.get("locked")) and slot is state["staged"],
+                # Each field only from the release that has it (bootc-versions.md table).
+                **(
+                    {
+                        "softRebootCapable": bool(meta.get("soft_reboot_capable"))
+                        and slot is state["staged"]
+                    }
+                    if "status-soft-reboot-capable" in features
+                    else {}
+                ),
+                **(
+                    {"downloadOnly": bool(slot.get("locked")) and slot is state["staged"]}
+                    if "status-download-only" in features
+                    else {}
+                ),
                 "store": "ostreeContainer",
                 "ostree": {
                     "stateroot": "default",
@@ -386,6 +439,37 @@ class SimulatedBootc:
     async def status(self) -> BootcHost:
         return bootc_host_from_object(self.sim.status_document())
 
+    async def capabilities(self) -> Capabilities:
+        """What this release's `--help` lists (model/bootc_releases.py); its ostree is always
+        >= 2023.8 (every bootc >= 1.6 needs ostree >= 2025.2), and `--progress-fd` is there."""
+        has = self.sim.features()
+        return Capabilities(
+            switch_download_only="switch-download-only" in has,
+            upgrade_download_only="upgrade-download-only" in has,
+            switch_from_downloaded="switch-from-downloaded" in has,
+            upgrade_from_downloaded="upgrade-from-downloaded" in has,
+            upgrade_tag="upgrade-tag" in has,
+            soft_reboot="soft-reboot" in has,
+            sigpolicy="switch-sigpolicy" in has,
+            image_pull="internals-image-pull" in has,
+            lock_finalization=True,
+            progress_fd=True,
+            version=self.sim.bootc_version,
+        )
+
+    def _image(self, image: ImageRef, verb: str) -> dict[str, Any]:
+        meta = self.sim._registry()["images"].get(image.digest or "")
+        if meta is None or meta["name"] != image.name:
+            raise HostError(
+                f"error: {verb}: Pulling: Creating importer: failed to invoke method "
+                f"OpenImage: reading manifest {image.digest} in {image.name}: manifest unknown",
+                kind="image-missing",
+            )
+        return meta
+
+    def _present(self, digest: str) -> bool:
+        return len(self.sim.cached_layers(digest)) == LAYERS
+
     async def stage(
         self,
         image: ImageRef,
@@ -393,22 +477,28 @@ class SimulatedBootc:
         *,
         locked: bool = False,
         trust: StageTrust | None = None,
-    ) -> None:
-        """Pull the layers not cached yet (pull_seconds/LAYERS each), then stage locked: this
-        bootc supports download-only, so `locked` needs nothing more. Cancelling the awaiting
-        task stops the pull; the layers fetched so far stay cached."""
+    ) -> int | None:
+        """Pull the layers not cached yet (pull_seconds/LAYERS each), then stage: locked from
+        1.16.10 (`switch --download-only`), where `locked` needs nothing more; elsewhere
+        `locked` is refused before anything is pulled, as the real adapter does. Returns the
+        bytes fetched. Cancelling the awaiting task stops the pull; the layers fetched so far
+        stay cached."""
         if not image.pinned or image.digest is None:
             raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
         trust = trust or StageTrust()
         if trust.refusal:
             raise HostError(trust.refusal, kind="signature")
-        meta = self.sim._registry()["images"].get(image.digest)
-        if meta is None or meta["name"] != image.name:
+        caps = await self.capabilities()
+        if locked and not caps.locked_staging:
             raise HostError(
-                f"error: Switching: Pulling: Creating importer: failed to invoke method "
-                f"OpenImage: reading manifest {image.digest} in {image.name}: manifest unknown",
-                kind="image-missing",
+                f"cannot stage {image} locked: {caps.who} has no `bootc switch --download-only`"
+                " (with `bootc upgrade --from-downloaded`), so any reboot would boot the "
+                "staged image",
+                kind="unsupported",
             )
+        meta = self._image(image, "Switching")
+        # Stricter than bootc, whose digest short-circuit (store.rs:959-975) skips the check
+        # for an image in the repository: that is why the agent pre-pulls signed.
         if trust.enforce:
             self._verify(image, meta, trust)
         staged = self.sim._state()["staged"]
@@ -418,16 +508,60 @@ class SimulatedBootc:
             and staged["digest"] == image.digest
             and (staged.get("enforced") or not trust.enforce)
         ):
-            return
-        await self._pull(image.digest, meta, on_progress)
+            self._log_fetched(image.digest, 0, locked)
+            return 0
+        fetched = await self._pull(image.digest, meta, on_progress)
         state = self.sim._state()
         if state["booted"]["digest"] == image.digest:
             state["staged"] = None  # switching to the booted image drops a staged one
         else:
-            state["staged"] = {"ref": str(image), "digest": image.digest, "locked": True,
+            state["staged"] = {"ref": str(image), "digest": image.digest,
+                               "locked": caps.locked_staging,
                                "enforced": trust.enforce}  # fmt: skip
         write_json(self.sim._state_path, state)
-        self.sim.log_action("bootc", f"switch --transport registry {image}")
+        flags = " --download-only" if caps.locked_staging else ""
+        self.sim.log_action("bootc", f"switch --transport registry{flags} {image}")
+        self._log_fetched(image.digest, fetched, locked)
+        self.sim._prune(state)
+        return fetched
+
+    def _log_fetched(self, digest: str, fetched: int, locked: bool) -> None:
+        """One line per stage asked for: what it fetched from the registry (a benchmark and
+        the tests read whether a node's turn fetched anything)."""
+        self.sim.log_action("fetched", f"{digest} {fetched} {'pre-stage' if locked else 'stage'}")
+
+    async def pull(
+        self,
+        image: ImageRef,
+        on_progress: ProgressCallback | None = None,
+        *,
+        trust: StageTrust | None = None,
+    ) -> None:
+        """The hidden `internals ostree-container image pull` into the repository: the layers
+        not cached yet, verified first when signed; nothing staged, nothing pruned."""
+        if not image.pinned or image.digest is None:
+            raise HostError(f"refusing to pre-pull {image}: not pinned by digest", kind="input")
+        trust = trust or StageTrust()
+        if trust.refusal:
+            raise HostError(trust.refusal, kind="signature")
+        caps = await self.capabilities()
+        if not caps.image_pull:
+            raise HostError(f"cannot pre-pull {image}: {caps.who} has no `bootc internals "
+                            "ostree-container image pull`", kind="unsupported")  # fmt: skip
+        meta = self._image(image, "Pulling")
+        if trust.enforce:
+            self._verify(image, meta, trust)
+        await self._pull(image.digest, meta, on_progress)
+        imgref = pull_imgref(str(image.with_digest(image.digest)), signed=trust.enforce)
+        pull = "internals ostree-container image pull --quiet"
+        self.sim.log_action("bootc", f"{pull} {REPO} {imgref}")
+
+    async def prune(self) -> None:
+        self.sim._prune(self.sim._state())
+        self.sim.log_action("bootc", "internals cleanup")
+
+    async def pulled(self, image: ImageRef) -> bool:
+        return image.digest is not None and self._present(image.digest)
 
     def _verify(self, image: ImageRef, meta: dict[str, Any], trust: StageTrust) -> None:
         """containers/image's verdict under the policy the stage sees."""
@@ -465,13 +599,16 @@ class SimulatedBootc:
 
     async def _pull(
         self, digest: str, meta: dict[str, Any], on_progress: ProgressCallback | None
-    ) -> None:
+    ) -> int:
+        """Fetch the layers not cached; returns the bytes fetched."""
         total = 64 * 1024 * 1024 * (1 + len(meta["files"]))
         cached = self.sim.cached_layers(digest)
         missing = [layer for layer in range(1, LAYERS + 1) if layer not in cached]
         seconds = float(meta.get("pull_seconds", 0)) / LAYERS
+        at_start = total * len(cached) // LAYERS
         if on_progress and not missing:  # all cached: one report that it is complete
-            on_progress(Progress(done_bytes=total, total_bytes=total, step="pulling"))
+            on_progress(Progress(done_bytes=total, total_bytes=total, step="pulling",
+                                 cached_bytes=total))  # fmt: skip
         for layer in missing:
             if self.sim._registry().get("down"):
                 raise HostError(
@@ -491,14 +628,25 @@ class SimulatedBootc:
             cached.add(layer)
             if on_progress:
                 done = total * len(cached) // LAYERS
-                on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling"))
+                on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling",
+                                     cached_bytes=at_start))  # fmt: skip
+        return total * len(missing) // LAYERS
 
     async def check_update(self, image: ImageRef) -> str:
         """`bootc upgrade --check [--tag TAG]`: where the tag points in registry.json, with
-        bootc's limits (model/bootc_check.py); the booted entry's cachedUpdate records it."""
+        bootc's limits (model/bootc_check.py); the booted entry's cachedUpdate records it.
+        Where this release cannot check that tag (no `--tag` before 1.15, once the spec is
+        pinned by digest), the agent's own resolver asks the registry (`skopeo inspect
+        --raw`, host/skopeo.py): logged as that."""
         state = self.sim._state()
         spec = (state["staged"] or state["booted"])["ref"]
-        args = check_argv(spec.split("@", 1)[0], image, True)  # as status shows the spec
+        caps = await self.capabilities()
+        try:
+            args = ["bootc", *check_argv(spec, image, caps.upgrade_tag)]
+        except HostError as exc:
+            if exc.kind != "unsupported":
+                raise
+            args = ["skopeo", "inspect", "--raw", f"docker://{image}"]
         registry = self.sim._registry()
         if registry.get("down"):
             raise HostError(
@@ -515,7 +663,7 @@ class SimulatedBootc:
             )
         state["booted"]["cached_update"] = digest if digest != state["booted"]["digest"] else None
         write_json(self.sim._state_path, state)
-        self.sim.log_action("bootc", " ".join(args))
+        self.sim.log_action(args[0], " ".join(args[1:]))
         return str(digest)
 
     async def cancel_stage(self) -> None:
@@ -524,7 +672,8 @@ class SimulatedBootc:
 
     async def unlock_staged(self, *, soft: bool = False) -> bool:
         """`bootc upgrade --from-downloaded`: the next boot applies the staged deployment.
-        Returns whether it was locked (a soft reboot needs no preparing here)."""
+        Returns whether it was locked (a soft reboot needs no preparing here; the engine asks
+        for one only where this release could prepare it)."""
         state = self.sim._state()
         staged = state["staged"]
         if staged is None:
@@ -585,3 +734,10 @@ def _read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def _features(version: str) -> frozenset[str]:
+    try:
+        return features_of(version)
+    except ValueError as exc:
+        raise HostError(f"simulated bootc: {exc}", kind="input") from None

@@ -112,8 +112,10 @@ def prestage_path(caps: Capabilities) -> PrestagePath:
     """The best way this bootc can take an image's pull out of the node's turn."""
     if caps.locked_staging:
         return PrestagePath("download-only")
-    lacking = "switch --download-only" if caps.upgrade_from_downloaded else (
-        "switch --download-only or upgrade --from-downloaded"
+    lacking = (
+        "switch --download-only"
+        if caps.upgrade_from_downloaded
+        else ("switch --download-only or upgrade --from-downloaded")
     )
     if caps.image_pull:
         return PrestagePath(

@@ -21,6 +21,15 @@ class StatusBoard:
     metrics: Metrics = field(default_factory=Metrics)
     ready: bool = False
     status: dict[str, Any] = field(default_factory=dict)
+    bootc: dict[str, Any] | None = None  # what the host's bootc can do, probed at start
+
+    def publish_bootc(self, bootc: dict[str, Any]) -> None:
+        self.bootc = bootc
+        self.metrics.record_capabilities(bootc["capabilities"])
+
+    def document(self) -> dict[str, Any]:
+        """The /status document: the last report, and the bootc it was made with."""
+        return {**self.status, "bootc": self.bootc} if self.bootc is not None else self.status
 
     def publish(self, status: dict[str, Any]) -> None:
         self.status = status
@@ -43,7 +52,7 @@ def make_app(board: StatusBoard) -> web.Application:
                             content_type="text/plain", charset="utf-8")  # fmt: skip
 
     async def status(request: web.Request) -> web.Response:
-        return web.Response(text=json.dumps(board.status, indent=1) + "\n",
+        return web.Response(text=json.dumps(board.document(), indent=1) + "\n",
                             content_type="application/json")  # fmt: skip
 
     app = web.Application()

@@ -68,6 +68,12 @@ class Metrics:
         self.fleet_lock_errors = Counter("image_mode_agent_fleet_lock_errors", "Failed FleetLock "
                                          "requests, by api and the server's error kind",
                                          ["api", "kind"], registry=r)  # fmt: skip
+        self.bootc_capability = Gauge("image_mode_agent_bootc_capability", "1 for what the "
+                                      "host's bootc accepts, 0 for what it lacks (from its "
+                                      "--help)", ["name"], registry=r)  # fmt: skip
+        self.turn_fetched = Gauge("image_mode_agent_turn_fetched_bytes", "Bytes the last "
+                                  "update's stage fetched at the node's turn (0 when a "
+                                  "pre-stage or pre-pull held)", registry=r)  # fmt: skip
         self._fleet_lock_seen: dict[Any, int] = {}
         self._last_state: tuple[str, str] | None = None
         self._prestage: str | None = None
@@ -100,6 +106,10 @@ class Metrics:
     def record_progress(self, progress: Progress) -> None:
         self.staging_bytes.labels("done").set(progress.done_bytes)
         self.staging_bytes.labels("total").set(progress.total_bytes)
+
+    def record_capabilities(self, named: dict[str, bool]) -> None:
+        for name, present in named.items():
+            self.bootc_capability.labels(name).set(1 if present else 0)
 
     def record_follow_check(self, ok: bool) -> None:
         self.follow_checks.labels("ok" if ok else "error").inc()
@@ -147,6 +157,8 @@ class Metrics:
                 self.reboots_failed.inc()
             case "rolled-back":
                 self.rollbacks.inc()
+            case "turn-fetched":
+                self.turn_fetched.set(int(text))
         if kind == "committed":
             self.update_state.labels(text, "").set(now)
         elif kind in ("rolled-back", "degraded"):

@@ -21,7 +21,9 @@ from agent.core.policy import BUILTIN_POLICY, LivePolicy
 from agent.core.trust import StageTrust, changes_trust, stage_trust
 from agent.core.verify import AfterBoot, BootFacts, decide_after_boot
 from agent.errors import HostError, InputError
+from agent.host.bootc import soft_reboot_possible
 from agent.host.ports import Host, Progress, ProgressCallback
+from agent.model.bootc_caps import prestage_path
 from agent.model.bootc_status import BootcHost
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import MachineConfig
@@ -41,6 +43,23 @@ class Outcome:
     current_config: str | None = None
     current_image: str | None = None
     retryable: bool = False  # a Degraded that may heal by trying again (registry, disk...)
+
+
+@dataclass(frozen=True)
+class PrestageResult:
+    """What a pre-stage did: `staged`/`already-staged` (locked, download-only), `pulled`/
+    `already-pulled` (into the repository, nothing staged), or `skipped`; `note` says why (a
+    capability this bootc lacks, or why nothing was done)."""
+
+    outcome: str
+    note: str = ""
+
+    @property
+    def skipped(self) -> bool:
+        return self.outcome == "skipped"
+
+    def __str__(self) -> str:
+        return f"{self.outcome}: {self.note}" if self.note else self.outcome
 
 
 @dataclass
@@ -187,6 +206,7 @@ class Engine:
                 target=str(desired.target) if desired.target else None,
                 previous=booted,
                 failed=rec.failed,
+                verified_pull=rec.verified_pull,
                 current_name=rec.current_name,
                 current_image=rec.current_image,
             )
@@ -244,7 +264,8 @@ class Engine:
             # Read now, after the live writes: a policy that is live content governs the
             # image it arrives with.
             trust = await self._trust(target)
-            await self.host.bootc.stage(target, self.hooks.progress, trust=trust)
+            await self._unverified_copy_pruned(rec, target, trust)
+            fetched = await self.host.bootc.stage(target, self.hooks.progress, trust=trust)
         except HostError as exc:
             cause = f"staging {target} failed ({exc.kind}): {exc}"
             if exc.kind == "signature":
@@ -254,13 +275,30 @@ class Engine:
             return Outcome(DEGRADED, cause, plan=plan, current_config=rec.current_name,
                            retryable=True)  # fmt: skip
         self._did("stage")
-        self._event(f"staged {target}")
+        self._event(f"staged {target}" + _fetched_note(fetched))
         self._notice("staged", str(target))
+        if fetched is not None:
+            self.hooks.notice("turn-fetched", str(fetched), None)
         if self.hooks.before_disruption is not None:
             result = self.hooks.before_disruption(self._pending())
             if asyncio.iscoroutine(result):
                 await result
         return await self._reboot(rec.to(Phase.REBOOTING), plan, f"rebooting into {target}")
+
+    async def _unverified_copy_pruned(
+        self, rec: Record, target: ImageRef, trust: StageTrust
+    ) -> None:
+        """A stage that must verify `target` while a copy pulled unverified (a pre-pull under
+        an earlier policy) sits in the repository: bootc would take that copy and verify
+        nothing, so it goes first and the stage fetches and verifies."""
+        if not trust.enforce or rec.verified_pull == str(target):
+            return
+        if await self.host.bootc.pulled(target) and target.digest != (
+            (await self.host.bootc.status()).staged_digest
+        ):
+            await self.host.bootc.prune()
+            self._event(f"{target} was pre-pulled without its signatures verified; pruned "
+                        "from the repository so that this stage verifies it")  # fmt: skip
 
     async def _trust(self, target: ImageRef) -> StageTrust:
         """How the host's signature policy lets `target` be staged (core/trust.py)."""
@@ -278,6 +316,10 @@ class Engine:
             # the reboot discards it; a soft reboot only where bootc says the deployment can.
             status = await self.host.bootc.status()
             soft = self.soft_reboot and bool(status.staged and status.staged.soft_reboot_capable)
+            if soft and not soft_reboot_possible(caps := await self.host.bootc.capabilities()):
+                self._event(f"soft reboot unavailable: {caps.who} has no `upgrade "
+                            "--from-downloaded --soft-reboot`; rebooting fully")  # fmt: skip
+                soft = False
             if status.staged is not None:  # a boot retry reboots the booted target: none staged
                 await self.host.bootc.unlock_staged(soft=soft)
         guard = getattr(self.host.system, "shutdown_delayed", None)
@@ -331,42 +373,65 @@ class Engine:
         return await self._resume(rec)
 
     # -- pre-staging ---------------------------------------------------------------------
-    async def prestage(self, desired: Desired, on_progress: ProgressCallback | None = None) -> str:
-        """Stage `desired`'s image locked (download-only), ahead of the update that will ask
-        for it; the host keeps running and nothing else changes. Returns `staged`,
-        `already-staged`, or why nothing was staged ("skipped: ..."); HostError when bootc
-        fails. Only from the idle phase: an update in flight owns the staged deployment."""
+    async def prestage(
+        self, desired: Desired, on_progress: ProgressCallback | None = None
+    ) -> PrestageResult:
+        """Take `desired`'s image pull out of the update that will ask for it, the best way
+        this bootc can (model/bootc_caps.py): staged locked (download-only), or pre-pulled
+        into the repository with nothing staged; the host keeps running and nothing else
+        changes. HostError when bootc fails. Only from the idle phase: an update in flight
+        owns the staged deployment. Again after a pre-pull, it checks the image is still in
+        the repository (any staging prunes it) and pulls it again if not."""
         rec = self.journal.load()
         if rec.phase != Phase.IDLE:
-            return f"skipped: an update is in flight (phase {rec.phase})"
+            return PrestageResult("skipped", f"an update is in flight (phase {rec.phase})")
         plan, status = await self._plan(desired, rec)
         target = desired.target
         if plan.verdict != "image" or target is None or target.digest is None:
-            return f"skipped: the update would be {plan.verdict}, not an image"
+            return PrestageResult("skipped", f"the update would be {plan.verdict}, not an image")
+        path = prestage_path(await self.host.bootc.capabilities())
+        if path.kind == "none":
+            return PrestageResult("skipped", path.note)
         policy = await asyncio.to_thread(self.host.files.read, POLICY_PATH)
         changed = changes_trust([step.path for step in plan.live], policy)
         if changed is not None:
-            return (f"skipped: the update changes {changed}; the image is staged at this "
-                    "node's turn, once the new signature policy is written")  # fmt: skip
+            return PrestageResult("skipped", f"the update changes {changed}; the image is "
+                                  "staged at this node's turn, once the new signature policy "
+                                  "is written")  # fmt: skip
         rec = self.journal.load()  # read again: no await between this check and the write
         if rec.phase != Phase.IDLE:
-            return f"skipped: an update is in flight (phase {rec.phase})"
+            return PrestageResult("skipped", f"an update is in flight (phase {rec.phase})")
         if rec.prestage != str(target):
             self._save(rec.to(Phase.IDLE, prestage=str(target)))
+        trust = stage_trust(policy, target)
+        if path.kind == "pre-pull":
+            verified = str(target) if trust.enforce else None
+            if await self.host.bootc.pulled(target):
+                if not trust.enforce or rec.verified_pull == verified:
+                    return PrestageResult("already-pulled", path.note)
+                # A signed pull of a present image verifies nothing either: drop it first.
+                await self.host.bootc.prune()
+            await self.host.bootc.pull(target, on_progress, trust=trust)
+            rec = self.journal.load()
+            if rec.phase == Phase.IDLE and rec.verified_pull != verified:
+                self._save(rec.to(Phase.IDLE, verified_pull=verified))
+            self._did("prestage")
+            self._event(f"pre-pulled {target} into the repository (nothing staged: a reboot "
+                        f"before the turn boots the running image); {path.note}")  # fmt: skip
+            return PrestageResult("pulled", path.note)
         staged = status.staged
         if staged is not None and staged.download_only and status.staged_digest == target.digest:
-            return "already-staged"
-        await self.host.bootc.stage(
-            target, on_progress, locked=True, trust=stage_trust(policy, target)
-        )
+            return PrestageResult("already-staged")
+        await self.host.bootc.stage(target, on_progress, locked=True, trust=trust)
         self._did("prestage")
         self._event(f"pre-staged {target} (locked: applied only at its reboot)")
-        return "staged"
+        return PrestageResult("staged")
 
     async def drop_prestage(self) -> bool:
-        """Forget a pre-stage that is no longer wanted: stop its stage if it still runs (a
-        finished locked deployment needs nothing: no ordinary boot applies it, and the next
-        stage replaces it). Returns whether there was one."""
+        """Forget a pre-stage that is no longer wanted: stop its stage or pull if it still
+        runs (a finished locked deployment needs nothing: no ordinary boot applies it, and the
+        next stage replaces it; a pre-pulled image goes with the next stage's prune). Returns
+        whether there was one."""
         rec = self.journal.load()
         if rec.phase != Phase.IDLE or rec.prestage is None:
             return False
@@ -492,3 +557,12 @@ class Engine:
         status = await self.host.bootc.status()
         cause = f"rolled back to {status.booted_ref}: {rec.cause}"
         return await self._degrade(rec, cause)
+
+
+def _fetched_note(fetched: int | None) -> str:
+    """How much the turn's stage fetched: 0 after a pre-pull or pre-stage that held."""
+    if fetched is None:
+        return ""
+    if fetched == 0:
+        return " (nothing fetched: the image was in the repository)"
+    return f" ({fetched / (1024 * 1024):.1f} MiB fetched at the turn)"

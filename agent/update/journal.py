@@ -57,6 +57,10 @@ class Record:
     # A pool target staged locked ahead of this node's turn (idle phase only): the pinned ref,
     # written before the stage starts, so that a restart adopts or cleans it.
     prestage: str | None = None
+    # The pinned ref last pre-pulled with its signatures verified (`ostree-image-signed:`). A
+    # stage that must verify finds any other pre-pulled copy in the repository, and bootc's
+    # switch verifies nothing it finds there (bootc-versions.md §2): that copy is pruned first.
+    verified_pull: str | None = None
 
     def to(self, phase: Phase, **changes: Any) -> Record:
         return replace(self, phase=phase, **changes)

@@ -16,6 +16,8 @@ import pytest
 from agent.cluster.annotations import NodeView
 from agent.cluster.prestage import Act, decide, pool_target
 from agent.demo.loopback import Cluster, P
+from agent.host.simulated import SimulatedBootc
+from agent.model.imageref import parse_image_ref
 from agent.update.engine import DONE
 from agent.update.journal import Journal
 from tests.scenarios.harness import free_port, until
@@ -74,11 +76,11 @@ async def test_engine_prestages_locked_and_the_update_pulls_nothing_more(tmp_pat
     assert (await world.converge(world.desired("r1", "v1"))).state == DONE
     ahead = world.desired("r2", "v2")
     engine = world.engine()
-    assert await engine.prestage(ahead) == "staged"
+    assert str(await engine.prestage(ahead)) == "staged"
     staged = world.sim.status_document()["status"]["staged"]
     assert staged["image"]["imageDigest"] == world.digest("v2") and staged["downloadOnly"]
     assert engine.prestaged() == world.images["v2"]
-    assert await engine.prestage(ahead) == "already-staged"
+    assert str(await engine.prestage(ahead)) == "already-staged"
     assert pulls(world.sim, world.digest("v2")) == 3  # three layers, once
     outcome = await world.converge(ahead)
     assert (outcome.state, world.booted()) == (DONE, world.digest("v2"))
@@ -104,7 +106,7 @@ async def test_engine_prestage_killed_at_every_step(tmp_path: Path) -> None:
         with pytest.raises(Killed):
             await world.engine(checkpoint=die).prestage(world.desired("r2", "v2"))
         assert world.engine().prestaged() == world.images["v2"]  # the intent came first
-        assert await world.engine().prestage(world.desired("r2", "v2")) in (
+        assert str(await world.engine().prestage(world.desired("r2", "v2"))) in (
             "staged",
             "already-staged",
         )
@@ -118,7 +120,7 @@ async def test_engine_prestage_skips_what_is_no_image_update(tmp_path: Path) -> 
     await world.converge(world.desired("r1", "v1", keys=["k1"]))
     engine = world.engine()
     result = await engine.prestage(world.desired("r2", "v1", keys=["k2"]))
-    assert result.startswith("skipped") and "live" in result
+    assert result.skipped and "live" in result.note
     assert world.sim.status_document()["status"]["staged"] is None
     assert engine.prestaged() is None
 
@@ -129,7 +131,7 @@ async def test_engine_prestage_never_runs_beside_an_update(tmp_path: Path) -> No
     engine = world.engine()
     assert (await engine.reconcile(world.desired("r2", "v2"))).state == "Rebooting"
     result = await world.engine().prestage(world.desired("r3", "bad-check"))
-    assert result == "skipped: an update is in flight (phase rebooting)"
+    assert str(result) == "skipped: an update is in flight (phase rebooting)"
 
 
 async def test_engine_drops_a_prestage_no_longer_wanted(tmp_path: Path) -> None:
@@ -273,6 +275,45 @@ async def test_pool_target_prestaged_then_the_turn_pulls_nothing(pools: Pools) -
     await c.wait_done("rendered-worker-2")
     assert c.booted() == c.images["slow"].split("@")[1]
     assert pools.pulls("slow") == 3 and c.reboots() == 1  # one pull, before the turn
+
+
+async def test_on_a_bootc_without_download_only_the_target_is_pre_pulled(pools: Pools) -> None:
+    """bootc 1.12.0 cannot stage locked: the pool's target is pulled into the repository with
+    nothing staged (any reboot boots the running image), pulled again after an admin's stage
+    pruned it, and the node's turn fetches nothing."""
+    c = pools.c
+    c.sim.set_bootc_version("1.12.0")
+    c.add_config("rendered-worker-2", "slow", keys=KEYS)
+    await pools.running()
+    writes = c.node_writes()
+    pools.set_pool("worker", "rendered-worker-2")
+    await until(lambda: pools.pulls("slow") == 3, 20)
+    await pools.wait_metric('image_mode_agent_prestage_state{state="staged"}', 1)
+    assert pools.staged() is None  # nothing staged: no reboot of any kind boots it
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+    assert c.node_writes() == writes
+    [event] = pools.events("OSImagePrepulled")
+    assert "bootc 1.12.0 has no switch --download-only" in event["message"]
+    assert pools.events("OSImagePrestaged") == []
+    # An admin stages something else: bootc's prune drops the pre-pulled image; the next
+    # wake-up (here: the pool object touched) finds it gone and pulls it again.
+    admin = SimulatedBootc(c.sim)
+    await admin.stage(parse_image_ref(c.images["v2"]))
+    await admin.stage(parse_image_ref(c.images["v1"]))  # and back: nothing staged
+    assert not await admin.pulled(parse_image_ref(c.images["slow"]))
+    pools.set_pool("worker", "rendered-worker-2", {**WORKER, "touched": ""})
+    await until(lambda: pools.pulls("slow") == 6, 20)
+    c.kube.enable_drain_controller()
+    c.set_desired("rendered-worker-2")
+    assert await asyncio.wait_for(c.procs[-1].wait(), 20) == 3  # drained, rebooting
+    await pools.start()
+    await c.wait_done("rendered-worker-2")
+    assert c.booted() == c.images["slow"].split("@")[1]
+    assert pools.pulls("slow") == 6 and c.reboots() == 1  # nothing fetched at the turn
+    digest = c.images["slow"].split("@")[1]
+    stages = [a["detail"] for a in c.sim.actions()
+              if a["kind"] == "fetched" and a["detail"].startswith(digest)]  # fmt: skip
+    assert stages == [f"{digest} 0 stage"]
 
 
 async def test_a_new_pool_target_replaces_the_prestage(pools: Pools) -> None:

@@ -255,13 +255,13 @@ async def test_the_prestage_waits_for_a_new_policy(world: TrustWorld) -> None:
     engine = world.engine()
     desired = world.desired("rendered-2", "signed", files=trust_files(STRICT))
     result = await engine.prestage(desired)
-    assert result.startswith(f"skipped: the update changes {POLICY_PATH}")
+    assert str(result).startswith(f"skipped: the update changes {POLICY_PATH}")
     assert world.sim.status_document()["status"]["staged"] is None
     # Same policy: pre-staged, verified.
     same = world.desired("rendered-2", "signed", files=trust_files(RELAXED))
-    assert await engine.prestage(same) == "staged"
+    assert str(await engine.prestage(same)) == "staged"
     unsigned = world.desired("rendered-3", "unsigned", files=trust_files(RELAXED))
-    assert await engine.prestage(unsigned) == "staged"  # nobody asks for a signature
+    assert str(await engine.prestage(unsigned)) == "staged"  # nobody asks for a signature
 
 
 async def test_a_prestage_under_the_policy_in_force_is_refused_as_bootc_refuses(
@@ -281,7 +281,7 @@ async def test_an_image_prestaged_unverified_is_verified_at_the_turn(world: Trus
     demands one: the staged deployment does not do, the stage verifies and refuses."""
     assert (await settle(world, "rendered-1", "v1", RELAXED)).state == DONE
     unsigned = world.desired("rendered-2", "unsigned", files=trust_files(RELAXED))
-    assert await world.engine().prestage(unsigned) == "staged"
+    assert str(await world.engine().prestage(unsigned)) == "staged"
     outcome = await settle(world, "rendered-3", "unsigned", STRICT)
     assert outcome.state == DEGRADED and "no signature exists" in outcome.reason
     assert (world.reboots(), world.drains) == (0, 0)

@@ -294,17 +294,19 @@ def test_upgrade_download_only_locks_an_unchanged_staged_deployment(host: Host) 
 
 
 def test_upgrade_download_only_with_nothing_staged_stages_nothing(host: Host) -> None:
-    if not has(host, "upgrade-download-only"):
-        pytest.skip("no upgrade --download-only")
+    if not has(host, "upgrade-download-only"):  # before 1.12: clap refuses the flag
+        assert host.run("upgrade", "--download-only").code == 2
+        return
     assert host.ok("upgrade", "--download-only").endswith("No update available.\n")
     assert host.status()["staged"] is None
 
 
 def test_a_required_soft_reboot_bails_on_an_incapable_deployment(host: Host) -> None:
     """`required` bails, `auto` falls back silently (bootc-versions.md:230); the stage stays."""
-    if not has(host, "soft-reboot"):
-        pytest.skip("no --soft-reboot before 1.7")
     result = host.run("switch", "--soft-reboot", "required", f"{NAME}@{D2}")
+    if not has(host, "soft-reboot"):  # before 1.7: clap refuses the flag, nothing is staged
+        assert result.code == 2 and host.status()["staged"] is None
+        return
     assert result.code == 1
     assert "Soft reboot was required but staged deployment is not soft-reboot capable" in (
         result.err
@@ -317,9 +319,10 @@ def test_a_required_soft_reboot_bails_on_an_incapable_deployment(host: Host) -> 
 
 def test_switch_download_only_never_prepares_a_soft_reboot(host: Host) -> None:
     """PR #2342 returns before any soft-reboot handling (bootc-versions.md:220,237)."""
-    if not has(host, "switch-download-only"):
-        pytest.skip("no switch --download-only")
     host.configure(soft_reboot_capable=True)
+    if not has(host, "switch-download-only"):  # before 1.16.10: clap refuses the flag
+        assert host.run("switch", "--download-only", f"{NAME}@{D2}").code == 2
+        return
     host.ok("switch", "--download-only", "--soft-reboot", "required", f"{NAME}@{D2}")
     host.ok("internals", "standin-reboot")
     assert host.status()["booted"]["image"]["imageDigest"] == D1  # discarded
@@ -329,10 +332,11 @@ def test_upgrade_download_only_with_a_soft_reboot_runs_the_locked_image(host: Ho
     """The hazard of bootc-versions.md:233-236, modelled so that tests can show the agent never
     walks into it: the nextroot is prepared for the locked deployment, and the next reboot
     runs it."""
-    if not has(host, "upgrade-download-only"):
-        pytest.skip("no upgrade --download-only")
     host.configure(soft_reboot_capable=True)
     host.ok("switch", f"{NAME}@{D2}")
+    if not has(host, "upgrade-download-only"):  # before 1.12: the hazard cannot be reached
+        assert host.run("upgrade", "--download-only", "--soft-reboot", "auto").code == 2
+        return
     host.ok("upgrade", "--download-only", "--soft-reboot", "auto")
     assert host.status()["staged"]["downloadOnly"] is True
     host.ok("internals", "standin-reboot")
@@ -341,12 +345,13 @@ def test_upgrade_download_only_with_a_soft_reboot_runs_the_locked_image(host: Ho
 
 
 def test_a_soft_reboot_of_the_rollback_consults_the_rollback_entry(host: Host) -> None:
-    if not has(host, "soft-reboot"):
-        pytest.skip("no --soft-reboot before 1.7")
     host.configure(soft_reboot_capable=True)
     host.ok("switch", f"{NAME}@{D2}")
     host.ok("internals", "standin-reboot")  # D2 booted, D1 the rollback (not capable)
     result = host.run("rollback", "--soft-reboot", "required")
+    if not has(host, "soft-reboot"):  # before 1.7: clap refuses the flag
+        assert result.code == 2 and not host.status()["rollbackQueued"]
+        return
     assert result.code == 1 and "rollback deployment is not soft-reboot capable" in result.err
     assert host.status()["rollbackQueued"] is True
 

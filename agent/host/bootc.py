@@ -32,7 +32,7 @@ import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -324,10 +324,9 @@ class Bootc:
             if caps.progress_fd:
                 argv += ["--progress-fd", "3"]
             argv.append(ref)
-            fetched = _Fetched(on_progress)
             description = await self._start_or_adopt(ref, argv, trust)
-            await self._follow(description, fetched if caps.progress_fd else None)
-            return fetched.bytes if caps.progress_fd else None
+            await self._follow(description, on_progress if caps.progress_fd else None)
+            return self._fetched() if caps.progress_fd else None
 
     async def pull(
         self,
@@ -458,6 +457,11 @@ class Bootc:
                 with contextlib.suppress(asyncio.CancelledError):
                     await tail
         stderr = _read_text(local_err)
+        if final is not None and final.load_state == "loaded":
+            # Read again: a stage of a newer target may have replaced ours while we waited
+            # (after our unit ended); clearing the name then would stop that one.
+            final = replace(final, description=(await self.runner.unit_state(self.unit)
+                                                ).description or final.description)  # fmt: skip
         if final is not None and final.load_state == "loaded" and final.description != description:
             # Another stage of a newer target replaced ours under the same name: not ours to
             # judge or clear.
@@ -473,6 +477,17 @@ class Bootc:
             raise HostError(f"{self.unit} was stopped before bootc finished", kind="cancelled")
         if not final.ok or final.exec_main_status != 0:
             raise bootc_errors.failure(what, stderr, final.exec_main_status)
+
+    def _fetched(self) -> int:
+        """The bytes the last stage fetched, from its progress events: `bytes - bytesCached`
+        of the pull; 0 when bootc reported no pull (the image was in the repository)."""
+        _, local_prog = self._paths(("progress",))
+        fetched = 0
+        for line in _read_text(local_prog).splitlines():
+            progress = progress_from_event(line)
+            if progress is not None and progress.total_bytes:
+                fetched = max(fetched, progress.done_bytes - progress.cached_bytes)
+        return fetched
 
     async def _tail(self, path: Path, on_progress: ProgressCallback) -> None:
         """Feed progress lines to the callback as bootc appends them (a partial last line
@@ -514,20 +529,6 @@ def soft_reboot_possible(caps: Capabilities) -> bool:
     --from-downloaded --soft-reboot auto` (>= 1.12); never while pre-staging (bootc-versions.md
     §6: a prepared nextroot of a locked deployment would run at the next ordinary reboot)."""
     return caps.soft_reboot and caps.upgrade_from_downloaded
-
-
-class _Fetched:
-    """A progress callback that also counts the bytes bootc fetched (not found cached)."""
-
-    def __init__(self, on_progress: ProgressCallback | None) -> None:
-        self.on_progress = on_progress
-        self.bytes = 0
-
-    def __call__(self, progress: Progress) -> None:
-        if progress.total_bytes:
-            self.bytes = max(self.bytes, progress.done_bytes - progress.cached_bytes)
-        if self.on_progress is not None:
-            self.on_progress(progress)
 
 
 def _pinned(image: ImageRef, trust: StageTrust | None, verb: str) -> tuple[str, StageTrust]:

@@ -176,18 +176,21 @@ def report(run: Run) -> None:
 async def per_release(kit: Kit | None, nodes: int, pull: float, jitter: float,
                       releases: list[str], repeat: int) -> bool:  # fmt: skip
     """Pre-staged rollouts per bootc release; whether the issue's targets were met."""
-    medians: dict[str, float] = {}
-    turn_bytes: dict[str, set[int]] = {}  # of the nodes pre-staged before their turn
-    ahead: dict[str, int] = {}
-    for release in releases:
-        runs = []
-        for k in range(repeat):
+    runs: dict[str, list[Run]] = {release: [] for release in releases}
+    # Interleaved (all releases, then again), so that a slower stretch of the machine weighs
+    # on every release alike.
+    for k in range(repeat):
+        for release in releases:
             base = Path(tempfile.mkdtemp(prefix=f"bench-rollout-{release}-{k}-"))
-            runs.append(await one_rollout(kit, base, nodes, pull, "pool", jitter, release))
-            report(runs[-1])
-        medians[release] = statistics.median(run.seconds for run in runs)
-        turn_bytes[release] = {b for run in runs for held, b in run.turn_bytes.values() if held}
-        ahead[release] = sum(held for run in runs for held, _ in run.turn_bytes.values())
+            runs[release].append(await one_rollout(kit, base, nodes, pull, "pool", jitter,
+                                                   release))  # fmt: skip
+            report(runs[release][-1])
+    medians = {r: statistics.median(run.seconds for run in runs[r]) for r in releases}
+    # the bytes at the turn of the nodes pre-staged before it, and how many there were
+    turn_bytes = {r: {b for run in runs[r] for held, b in run.turn_bytes.values() if held}
+                  for r in releases}  # fmt: skip
+    ahead = {r: sum(held for run in runs[r] for held, _ in run.turn_bytes.values())
+             for r in releases}  # fmt: skip
     newest = releases[-1]
     ok = True
     for release in releases:

@@ -119,7 +119,8 @@ async def test_new_digest_is_prestaged_rebooted_into_verified_and_committed(
     new = fleet.push()
     outcome = await fleet.tick()
     assert outcome.state == REBOOTING
-    assert fleet.switches() == [f"switch --transport registry --download-only {IMAGE}@{new}"]  # staged once
+    staged_once = [f"switch --transport registry --download-only {IMAGE}@{new}"]
+    assert fleet.switches() == staged_once
     assert fleet.strategy.asked == 1
     steady_before = fleet.strategy.steady_reports
     outcome = await fleet.tick()  # the next boot: verified, committed, steady reported

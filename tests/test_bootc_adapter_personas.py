@@ -173,10 +173,16 @@ async def test_no_pull_verb_is_unsupported(tmp_path: Path) -> None:
 
 
 class Resolver:
+    """Answers every tag, and every pinned image's instance, with `digest`."""
+
     def __init__(self, digest: str) -> None:
         self.digest, self.asked = digest, []
 
     async def resolve(self, image: ImageRef) -> str:
+        self.asked.append(str(image))
+        return self.digest
+
+    async def instance(self, image: ImageRef) -> str:
         self.asked.append(str(image))
         return self.digest
 
@@ -222,3 +228,21 @@ async def test_a_soft_reboot_is_prepared_only_where_the_release_can(
         assert asked and unlocks == [["upgrade", "--from-downloaded", "--soft-reboot", "auto"]]
     else:  # 1.6: no --soft-reboot, nothing locked: nothing to ask
         assert not asked and unlocks == []
+
+
+async def test_a_manifest_lists_digest_is_not_pre_pulled(tmp_path: Path) -> None:
+    """bootc stores what it pulls under the instance's digest: a pre-pull under the list's
+    would never be found at the turn. Refused, naming the digest to pin."""
+    host = persona_host(tmp_path, "1.12.0")
+    instance = "sha256:" + "9" * 64
+    resolver = Resolver(instance)
+    bootc = adapter(host, tmp_path, FakeNamespace(tmp_path / "bin"), resolver=resolver)
+    with pytest.raises(HostError) as err:
+        await bootc.pull(ref(D2))
+    assert err.value.kind == "unsupported"
+    assert f"pin the image to {NAME}@{instance}" in str(err.value)
+    pulls = [c for c in host.verb_calls("internals") if c[1:3] == ["ostree-container", "image"]]
+    assert resolver.asked == [f"{NAME}@{D2}"] and pulls == []
+    await adapter(host, tmp_path, FakeNamespace(tmp_path / "bin2"),
+                  resolver=Resolver(D2)).pull(ref(D2))  # fmt: skip
+    assert await bootc.pulled(ref(D2))

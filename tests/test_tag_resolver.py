@@ -735,3 +735,16 @@ def test_the_host_platform(
     with pytest.raises(HostError) as caught:
         TagResolver().host_platform()
     assert caught.value.kind == "unsupported"
+
+
+async def test_the_instance_of_a_pinned_list_is_this_hosts(skopeo: FakeSkopeo) -> None:
+    pinned = parse_image_ref(f"registry.example.com:5000/os/base@sha256:{sha(index(*MULTI))}")
+    assert await skopeo.resolver().instance(pinned) == digest("amd64")
+    assert skopeo.calls()[0]["argv"][-1] == f"docker://{pinned}"  # the list, by its digest
+    single = b'{"schemaVersion": 2, "mediaType": "' + OCI_MANIFEST.encode() + b'", "config": {}}'
+    skopeo.answer(single)
+    own = parse_image_ref(f"registry.example.com:5000/os/base@sha256:{sha(single)}")
+    assert await skopeo.resolver().instance(own) == f"sha256:{sha(single)}"  # its own
+    with pytest.raises(HostError) as caught:
+        await skopeo.resolver().instance(TAGGED)
+    assert caught.value.kind == "input"

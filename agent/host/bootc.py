@@ -351,6 +351,7 @@ class Bootc:
                     kind="unsupported",
                 )
             self._check_bind(ref, trust)
+            await self._not_a_list(image, ref)
             if on_progress is not None:
                 on_progress(Progress(step="pre-pulling"))
             argv = pull_argv(self.bootc, ref, signed=trust.enforce)
@@ -360,6 +361,21 @@ class Bootc:
                 raise HostError(
                     f"pre-pull of {ref} ended but the repository does not list it", kind="other"
                 )
+
+    async def _not_a_list(self, image: ImageRef, ref: str) -> None:
+        """A manifest list's digest cannot be pre-pulled usefully: bootc stores the image it
+        pulls under the instance's digest, so the turn's switch of the list's digest never
+        finds it and imports again (bootc-versions.md §2); and the booted digest is the
+        instance's. Refused with the digest to pin instead."""
+        if self.resolver is None or image.digest is None:
+            return
+        instance = await self.resolver.instance(image)
+        if instance != image.digest:
+            raise HostError(
+                f"not pre-pulling {ref}: it names a manifest list, and bootc records this "
+                f"host's instance {instance}; pin the image to {image.name}@{instance}",
+                kind="unsupported",
+            )
 
     async def pulled(self, image: ImageRef) -> bool:
         if image.digest is None:

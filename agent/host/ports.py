@@ -134,6 +134,11 @@ class TagResolving(Protocol):
         """The per-architecture digest the tag `image` points to, as bootc would pull it."""
         ...
 
+    async def instance(self, image: ImageRef) -> str:
+        """The per-architecture digest of a digest-pinned `image` (itself unless it names a
+        manifest list)."""
+        ...
+
 
 class SystemPort(Protocol):
     async def boot_id(self) -> str: ...

@@ -97,6 +97,18 @@ class TagResolver:
         for this platform, a manifest bootc cannot deploy, no skopeo)."""
         if image.tag is None or image.digest is not None:
             raise HostError(f"{image} is not a tag to resolve", kind="input")
+        return await self._digest_of(image)
+
+    async def instance(self, image: ImageRef) -> str:
+        """For a digest-pinned `image`: the digest bootc records when it pulls it, which is
+        the host architecture's instance when that digest names a manifest list or an OCI
+        index (bootc-versions.md §2, "Multi-arch images"), else the digest itself. Same
+        HostError kinds as resolve()."""
+        if image.digest is None:
+            raise HostError(f"{image} is not pinned by digest", kind="input")
+        return await self._digest_of(image.with_digest(image.digest))
+
+    async def _digest_of(self, image: ImageRef) -> str:
         arch, variant = self.host_platform()
         argv = self.argv(image)
         what = f"skopeo inspect docker://{image}"

@@ -266,13 +266,13 @@ class Bootc:
         where bootc can (`--soft-reboot auto` falls back to a full reboot). Returns whether
         anything was asked of bootc; an unlocked staged deployment needs nothing. bootc
         before 1.12 has no `--from-downloaded`: nothing it staged is locked, and the soft
-        reboot it cannot prepare is not asked for (`soft_reboot_possible`)."""
+        reboot it cannot prepare is not asked for (`Capabilities.soft_reboot_at_turn`)."""
         async with self._lock:
             caps = await self.capabilities()
             host = await self._status()
             if host.staged is None:
                 raise HostError("no staged deployment to apply", kind="no-staged")
-            want_soft = soft and soft_reboot_possible(caps) and host.staged.soft_reboot_capable
+            want_soft = soft and caps.soft_reboot_at_turn and host.staged.soft_reboot_capable
             if not (host.staged.download_only or want_soft) or not caps.upgrade_from_downloaded:
                 return False
             args = ["upgrade", "--from-downloaded"]
@@ -538,13 +538,6 @@ class Bootc:
         state = await self.runner.unit_state(self.unit)
         if state.running:
             await self.runner.stop_unit(self.unit)
-
-
-def soft_reboot_possible(caps: Capabilities) -> bool:
-    """bootc prepares a soft reboot of a staged deployment at the turn with `upgrade
-    --from-downloaded --soft-reboot auto` (>= 1.12); never while pre-staging (bootc-versions.md
-    §6: a prepared nextroot of a locked deployment would run at the next ordinary reboot)."""
-    return caps.soft_reboot and caps.upgrade_from_downloaded
 
 
 def _pinned(image: ImageRef, trust: StageTrust | None, verb: str) -> tuple[str, StageTrust]:

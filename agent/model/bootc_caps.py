@@ -58,6 +58,13 @@ class Capabilities:
         return self.switch_download_only and self.upgrade_from_downloaded
 
     @property
+    def soft_reboot_at_turn(self) -> bool:
+        """bootc prepares a soft reboot of the staged deployment at the turn with `upgrade
+        --from-downloaded --soft-reboot auto` (>= 1.12); never while pre-staging (§6: a
+        prepared nextroot of a locked deployment would run at the next ordinary reboot)."""
+        return self.soft_reboot and self.upgrade_from_downloaded
+
+    @property
     def who(self) -> str:
         return f"bootc {self.version}" if self.version else "this bootc"
 

@@ -21,7 +21,6 @@ from agent.core.policy import BUILTIN_POLICY, LivePolicy
 from agent.core.trust import StageTrust, changes_trust, stage_trust
 from agent.core.verify import AfterBoot, BootFacts, decide_after_boot
 from agent.errors import HostError, InputError
-from agent.host.bootc import soft_reboot_possible
 from agent.host.ports import Host, Progress, ProgressCallback
 from agent.model.bootc_caps import prestage_path
 from agent.model.bootc_status import BootcHost
@@ -316,7 +315,7 @@ class Engine:
             # the reboot discards it; a soft reboot only where bootc says the deployment can.
             status = await self.host.bootc.status()
             soft = self.soft_reboot and bool(status.staged and status.staged.soft_reboot_capable)
-            if soft and not soft_reboot_possible(caps := await self.host.bootc.capabilities()):
+            if soft and not (caps := await self.host.bootc.capabilities()).soft_reboot_at_turn:
                 self._event(f"soft reboot unavailable: {caps.who} has no `upgrade "
                             "--from-downloaded --soft-reboot`; rebooting fully")  # fmt: skip
                 soft = False

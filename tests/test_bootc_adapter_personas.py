@@ -12,7 +12,7 @@ import pytest
 
 from agent.core.trust import StageTrust
 from agent.errors import HostError
-from agent.host.bootc import Bootc
+from agent.host.bootc import Bootc, BootcTimeouts
 from agent.model.bootc_caps import REPO, prestage_path
 from agent.model.bootc_releases import PERSONAS, features_of
 from agent.model.imageref import ImageRef, parse_image_ref
@@ -246,3 +246,15 @@ async def test_a_manifest_lists_digest_is_not_pre_pulled(tmp_path: Path) -> None
     await adapter(host, tmp_path, FakeNamespace(tmp_path / "bin2"),
                   resolver=Resolver(D2)).pull(ref(D2))  # fmt: skip
     assert await bootc.pulled(ref(D2))
+
+
+async def test_a_pull_that_hangs_ends_at_its_own_deadline(tmp_path: Path) -> None:
+    host = persona_host(tmp_path, "1.12.0")
+    host.configure(fail={"pull": "lock-wait"})  # never finishes
+    timeouts = BootcTimeouts(pull=1.0)
+    bootc = adapter(host, tmp_path, FakeNamespace(tmp_path / "bin"), timeouts=timeouts)
+    with pytest.raises(HostError) as err:
+        await bootc.pull(ref(D2))
+    assert err.value.kind in ("lock", "timeout")
+    assert "bootc internals ostree-container pull timed out after 1s" in str(err.value)
+    assert not (await bootc.runner.unit_state(bootc.unit)).running  # stopped, name free

@@ -356,7 +356,8 @@ class Bootc:
                 on_progress(Progress(step="pre-pulling"))
             argv = pull_argv(self.bootc, ref, signed=trust.enforce)
             description = await self._start_or_adopt(ref, argv, trust, verb="pre-pull")
-            await self._follow(description, None, what="bootc internals ostree-container pull")
+            await self._follow(description, None, what="bootc internals ostree-container pull",
+                               timeout=self.timeouts.pull)  # fmt: skip
             if not await self._pulled(ref):
                 raise HostError(
                     f"pre-pull of {ref} ended but the repository does not list it", kind="other"
@@ -458,12 +459,14 @@ class Bootc:
         description: str,
         on_progress: ProgressCallback | None,
         what: str = "bootc switch",
+        timeout: float | None = None,
     ) -> None:
+        timeout = self.timeouts.stage if timeout is None else timeout
         _, _, local_err, local_prog = self._paths()
         tail = asyncio.create_task(self._tail(local_prog, on_progress)) if on_progress else None
         final: UnitState | None = None
         try:
-            final = await self.runner.wait_unit_finished(self.unit, self.timeouts.stage)
+            final = await self.runner.wait_unit_finished(self.unit, timeout)
         except HostError as exc:
             if exc.kind != "timeout":
                 raise
@@ -485,7 +488,7 @@ class Bootc:
         if final is None:  # deadline: stop the unit; a later stage starts afresh
             await self.runner.stop_unit(self.unit)
             await self.runner.clear_unit(self.unit)
-            raise bootc_errors.timed_out(what, stderr, self.timeouts.stage)
+            raise bootc_errors.timed_out(what, stderr, timeout)
         await self.runner.clear_unit(self.unit)
         if self._cancelled:
             raise HostError("staging was cancelled", kind="cancelled")

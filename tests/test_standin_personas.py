@@ -19,11 +19,11 @@ from agent.model.bootc_caps import (
     LIST_ARGS,
     PULL_PROBE_ARGS,
     REPO,
-    Capabilities,
     from_help,
     listed,
     parse_version,
     pull_imgref,
+    release_capabilities,
 )
 from agent.model.bootc_releases import DEFAULT_PERSONA, PERSONAS, features_of
 
@@ -132,26 +132,6 @@ def has(host: Host, feature: str) -> bool:
 
 
 # -- capabilities ------------------------------------------------------------------------------
-def expected_capabilities(version: str) -> Capabilities:
-    """What the table says the agent must find: every flag by its feature; the hidden
-    --progress-fd is on every release (cli.rs v1.6.0:45); ostree >= 2023.8 has
-    lock-finalization and every bootc >= 1.6 needs ostree >= 2025.2 (bootc-versions.md:54-57)."""
-    f = features_of(version)
-    return Capabilities(
-        switch_download_only="switch-download-only" in f,
-        upgrade_download_only="upgrade-download-only" in f,
-        switch_from_downloaded="switch-from-downloaded" in f,
-        upgrade_from_downloaded="upgrade-from-downloaded" in f,
-        upgrade_tag="upgrade-tag" in f,
-        soft_reboot="soft-reboot" in f,
-        sigpolicy="switch-sigpolicy" in f,
-        image_pull="internals-image-pull" in f,
-        lock_finalization=True,
-        progress_fd=True,
-        version=version,
-    )
-
-
 def test_help_gives_exactly_the_capabilities_of_the_release(host: Host) -> None:
     """The probes the agent runs (bootc_caps: --help, the hidden flag and verb by clap's exit
     code, ostree's verb), for real against the stand-ins."""
@@ -163,7 +143,7 @@ def test_help_gives_exactly_the_capabilities_of_the_release(host: Host) -> None:
         lock_finalization=host.run("admin", "lock-finalization", "--help", tool=OSTREE).code == 0,
         version=parse_version(host.ok("--version")),
     )
-    assert caps == expected_capabilities(host.version)
+    assert caps == release_capabilities(host.version)
     assert host.ok("--version") == f"bootc {host.version}\n"
     rollback = host.ok("rollback", "--help")
     assert ("--soft-reboot" in rollback) == has(host, "soft-reboot")

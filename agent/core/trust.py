@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.errors import InputError
+from agent.errors import HostError, InputError
 from agent.model.imageref import ImageRef
 from agent.model.sigpolicy import POLICY_PATH, REJECT, SIGNED, parse_policy
 
@@ -77,3 +77,15 @@ def changes_trust(paths: list[str], policy: bytes | None) -> str | None:
         if any(path == w or (w.endswith("/") and path.startswith(w)) for w in watched):
             return path
     return None
+
+
+def admitted(image: ImageRef, trust: StageTrust | None, verb: str) -> tuple[str, StageTrust]:
+    """What a stage or pre-pull of `image` may run with: `NAME@DIGEST` (bootc canonicalizes
+    name:tag@d to name@d, and a pre-pull must store that exact string) and the trust; the
+    refusal (HostError kind `input` or `signature`) before anything runs."""
+    if not image.pinned or image.digest is None:
+        raise HostError(f"refusing to {verb} {image}: not pinned by digest", kind="input")
+    trust = trust or StageTrust()
+    if trust.refusal:
+        raise HostError(trust.refusal, kind="signature")
+    return str(image.with_digest(image.digest)), trust

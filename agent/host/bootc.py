@@ -37,7 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from agent.core.trust import StageTrust
+from agent.core.trust import StageTrust, admitted
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.durable import write_atomic
@@ -297,7 +297,7 @@ class Bootc:
         `signature`, before anything runs. Returns the bytes fetched, from bootc's progress
         events (`bytes - bytesCached`): 0 when it reported no pull (the image was in the
         repository: bootc-versions.md §2), None without `--progress-fd`."""
-        ref, trust = _pinned(image, trust, "stage")
+        ref, trust = admitted(image, trust, "stage")
         async with self._lock:
             caps = await self.capabilities()
             if trust.enforce and not caps.sigpolicy:
@@ -341,7 +341,7 @@ class Bootc:
         enforces the policy, under the same stage policy mount. It takes no sysroot lock, so
         it runs under this adapter's lock like every bootc call. Checked afterwards: a pull
         that exited 0 and stored nothing is an error."""
-        ref, trust = _pinned(image, trust, "pre-pull")
+        ref, trust = admitted(image, trust, "pre-pull")
         async with self._lock:
             caps = await self.capabilities()
             if not caps.image_pull:
@@ -541,17 +541,6 @@ class Bootc:
         state = await self.runner.unit_state(self.unit)
         if state.running:
             await self.runner.stop_unit(self.unit)
-
-
-def _pinned(image: ImageRef, trust: StageTrust | None, verb: str) -> tuple[str, StageTrust]:
-    """`NAME@DIGEST` (bootc canonicalizes name:tag@d to name@d, and a pre-pull must store that
-    exact string) and the trust, or the refusal before anything runs."""
-    if not image.pinned or image.digest is None:
-        raise HostError(f"refusing to {verb} {image}: not pinned by digest", kind="input")
-    trust = trust or StageTrust()
-    if trust.refusal:
-        raise HostError(trust.refusal, kind="signature")
-    return str(image.with_digest(image.digest)), trust
 
 
 def _read_text(path: Path) -> str:

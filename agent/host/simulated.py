@@ -41,14 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.core.trust import StageTrust
+from agent.core.trust import StageTrust, admitted
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.durable import read_json, write_json
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback
-from agent.model.bootc_caps import REPO, Capabilities, pull_imgref
+from agent.model.bootc_caps import REPO, Capabilities, pull_imgref, release_capabilities
 from agent.model.bootc_check import check_argv
 from agent.model.bootc_releases import DEFAULT_PERSONA, features_of
 from agent.model.bootc_status import BootcHost, bootc_host_from_object
@@ -440,22 +440,8 @@ class SimulatedBootc:
         return bootc_host_from_object(self.sim.status_document())
 
     async def capabilities(self) -> Capabilities:
-        """What this release's `--help` lists (model/bootc_releases.py); its ostree is always
-        >= 2023.8 (every bootc >= 1.6 needs ostree >= 2025.2), and `--progress-fd` is there."""
-        has = self.sim.features()
-        return Capabilities(
-            switch_download_only="switch-download-only" in has,
-            upgrade_download_only="upgrade-download-only" in has,
-            switch_from_downloaded="switch-from-downloaded" in has,
-            upgrade_from_downloaded="upgrade-from-downloaded" in has,
-            upgrade_tag="upgrade-tag" in has,
-            soft_reboot="soft-reboot" in has,
-            sigpolicy="switch-sigpolicy" in has,
-            image_pull="internals-image-pull" in has,
-            lock_finalization=True,
-            progress_fd=True,
-            version=self.sim.bootc_version,
-        )
+        """What this release's `--help` lists (model/bootc_caps.py release_capabilities)."""
+        return release_capabilities(self.sim.bootc_version)
 
     def _image(self, image: ImageRef, verb: str) -> dict[str, Any]:
         meta = self.sim._registry()["images"].get(image.digest or "")
@@ -483,11 +469,8 @@ class SimulatedBootc:
         `locked` is refused before anything is pulled, as the real adapter does. Returns the
         bytes fetched. Cancelling the awaiting task stops the pull; the layers fetched so far
         stay cached."""
-        if not image.pinned or image.digest is None:
-            raise HostError(f"refusing to stage {image}: not pinned by digest", kind="input")
-        trust = trust or StageTrust()
-        if trust.refusal:
-            raise HostError(trust.refusal, kind="signature")
+        _, trust = admitted(image, trust, "stage")
+        assert image.digest is not None
         caps = await self.capabilities()
         if locked and not caps.locked_staging:
             raise HostError(
@@ -539,11 +522,8 @@ class SimulatedBootc:
     ) -> None:
         """The hidden `internals ostree-container image pull` into the repository: the layers
         not cached yet, verified first when signed; nothing staged, nothing pruned."""
-        if not image.pinned or image.digest is None:
-            raise HostError(f"refusing to pre-pull {image}: not pinned by digest", kind="input")
-        trust = trust or StageTrust()
-        if trust.refusal:
-            raise HostError(trust.refusal, kind="signature")
+        _, trust = admitted(image, trust, "pre-pull")
+        assert image.digest is not None
         caps = await self.capabilities()
         if not caps.image_pull:
             raise HostError(f"cannot pre-pull {image}: {caps.who} has no `bootc internals "

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
+from agent.model.bootc_releases import features_of
+
 # Where the pre-pull writes: the booted sysroot's repository, which bootc stages from.
 SYSROOT = "/sysroot"
 REPO = f"{SYSROOT}/ostree/repo"
@@ -105,6 +107,27 @@ def from_help(
         image_pull=image_pull,
         lock_finalization=lock_finalization,
         progress_fd=progress_fd or "--progress-fd" in switch,
+        version=version,
+    )
+
+
+def release_capabilities(version: str) -> Capabilities:
+    """What the `--help` of release `version` lists, from the release table (the simulated host
+    speaks it; the agent itself always probes). The hidden `--progress-fd` is in every release
+    (cli.rs v1.6.0:45), and every bootc >= 1.6 needs an ostree (>= 2025.2) that has
+    `admin lock-finalization` (>= 2023.8). ValueError for a version outside the table."""
+    has = features_of(version)
+    return Capabilities(
+        switch_download_only="switch-download-only" in has,
+        upgrade_download_only="upgrade-download-only" in has,
+        switch_from_downloaded="switch-from-downloaded" in has,
+        upgrade_from_downloaded="upgrade-from-downloaded" in has,
+        upgrade_tag="upgrade-tag" in has,
+        soft_reboot="soft-reboot" in has,
+        sigpolicy="switch-sigpolicy" in has,
+        image_pull="internals-image-pull" in has,
+        lock_finalization=True,
+        progress_fd=True,
         version=version,
     )
 

@@ -48,7 +48,7 @@ def run_one(world: World, scenario: Scenario, blocked: str | None) -> Result:
     try:
         # A scenario's own lower tree (a built image) is part of the scenario: its failures too.
         lower = scenario.lower(world) if scenario.lower else None
-        machine = world.machine(scenario.name, lower)
+        machine = world.machine(scenario.name, lower, scenario.persona)
         ok, detail = _run_scenario(world, scenario, machine)
         if scenario.needs_agent:
             # Everything the agent emitted, before the machine goes (tests/system/secrets.py).
@@ -92,8 +92,8 @@ def reap_stale(base: Path) -> None:
             continue  # no pidfile: kept with --keep, or not ours
         if Path(f"/proc/{owner}").exists():
             continue
-        for root in workdir.glob("machines/*/root"):
-            subprocess.run(["timeout", "30", "umount", "-l", str(root)], capture_output=True)
+        for mount in (*workdir.glob("machines/*/root"), *workdir.glob("machines/*/sysroot")):
+            subprocess.run(["timeout", "30", "umount", "-l", str(mount)], capture_output=True)
         subprocess.run(["rm", "-rf", "--one-file-system", str(workdir)])
 
 
@@ -123,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = run_one(world, scenario, blocked)
             results.append(result)
             mark = "PASS" if result.ok else "FAIL"
-            say(f"{mark} {result.name:<20} boots={result.boots} {result.seconds:6.1f}s"
+            say(f"{mark} {result.name:<28} boots={result.boots} {result.seconds:6.1f}s"
                 + (f"  {result.detail}" if result.detail else ""))  # fmt: skip
     finally:
         world.stop()
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         for s in SCENARIOS:
-            say(f"{s.name:<20} {(s.doc or '').splitlines()[0] if s.doc else ''}")
+            say(f"{s.name:<28} {(s.doc or '').splitlines()[0] if s.doc else ''}")
         return 0
     if args.command == "build":
         rootfs = ensure_rootfs(log=say)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 from datetime import UTC, datetime, timedelta
 
+from agent.model.bootc_caps import REPO, listed
+from agent.model.bootc_releases import features_of
 from tests.system.machine import Machine, MachineError
 from tests.system.registry import free_port
 from tests.system.scenarios import (
@@ -18,6 +20,8 @@ from tests.system.scenarios import (
     bootc_status,
     booted_digest,
     expect,
+    expect_bootc_announced,
+    fetches,
     no_more_boots,
     wait_state,
 )
@@ -31,12 +35,12 @@ DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 
 def move_tag(w: World, image: Image, tag: str = TAG) -> None:
-    """Point `tag` at `image` on the registry (as a release pipeline would), and prove the
-    registry serves the same manifest under it."""
+    """Point `tag` at `image` on the registry (as a release pipeline would; `--all`: an index
+    stays an index), and prove the registry serves the same manifest under it."""
     assert w.registry is not None
     dest = f"docker://{image.name}:{tag}"
     subprocess.run(
-        ["timeout", "60", "skopeo", "copy", "--quiet", "--src-tls-verify=false",
+        ["timeout", "60", "skopeo", "copy", "--quiet", "--all", "--src-tls-verify=false",
          "--dest-tls-verify=false", f"docker://{image.pinned}", dest],
         check=True, capture_output=True,
     )  # fmt: skip
@@ -156,13 +160,19 @@ def follow_tag(w: World, m: Machine) -> None:
 
 def follow_window(w: World, m: Machine) -> None:
     """Periodic strategy, its only window three days ahead: the tag moves to v2 → pre-staged
-    locked (download-only), Working with "reboot held" and the next window's start, no reboot;
-    the drop-in rewritten with a window open now and the agent restarted (settings are read at
-    start) → one reboot into v2, Done."""
+    the best way the host's bootc can: on 1.16.10 staged locked (download-only); on 1.12.0
+    pre-pulled into /sysroot's repository with nothing staged (the agent resolved the tag with
+    skopeo: 1.12 has no `upgrade --tag`); Working with "reboot held" and the next window's start,
+    no reboot; the drop-in rewritten with a window open now and the agent restarted (settings
+    are read at start) → one reboot into v2, Done, and nothing fetched at the turn (on 1.12.0:
+    the turn's `switch` took the stored image and contacted no registry, and the agent says
+    so)."""
     v2 = w.images["v2"]
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     later = now + timedelta(days=3)
     start_following(w, m, periodic(window(later, 60)))
+    expect_bootc_announced(m)
+    prepull = m.persona is not None and "switch-download-only" not in features_of(m.persona)
 
     move_tag(w, v2)
     status = wait_state(m, "Working", "the reboot held by the window", reason="reboot held")
@@ -174,22 +184,47 @@ def follow_window(w: World, m: Machine) -> None:
     expect(abs((opens - later).total_seconds()) < 60,
            f"nextWindow {next_window} is not the window at {later.isoformat()}")  # fmt: skip
     staged = bootc_status(m)["status"]["staged"]
-    expect(staged and staged["image"]["imageDigest"] == v2.digest, f"v2 not staged: {staged}")
-    expect(staged["downloadOnly"] is True, f"v2 staged unlocked: {staged}")
+    if prepull:
+        expect(staged is None, f"bootc {m.persona} cannot stage locked, yet staged: {staged}")
+        expect(f"pre-pulled {v2.pinned}" in status["reason"], f"reason: {status['reason']}")
+        stored = m.sh(f"bootc internals ostree-container image list --repo {REPO}").stdout
+        expect(listed(stored, v2.pinned), f"v2 is not in the repository: {stored}")
+        pulls = [f for f in fetches(m) if f["verb"] == "pull" and f["ref"] == v2.pinned]
+        expect(pulls and pulls[0]["bytes"] > 0, f"no pre-pull of v2 fetched: {fetches(m)}")
+    else:
+        expect(staged and staged["image"]["imageDigest"] == v2.digest, f"v2 not staged: {staged}")
+        expect(staged["downloadOnly"] is True, f"v2 staged unlocked: {staged}")
     no_more_boots(m, 1, seconds=5 * CHECK_INTERVAL)
     status = agent_status(m)
     expect(status.get("state") == "Working" and "reboot held" in str(status.get("reason")),
            f"the hold did not last: {status}")  # fmt: skip
 
+    before = len(fetches(m))
     opened = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
     m.write(SETTINGS, periodic(window(opened, 120)))
     restart_agent(m)
     expect_boot(m, 2, "booted-staged", v2)
     settle_followed(m, v2)
+    turn = fetches(m)[before:]
+    expect(all(not f["registry"] and f["bytes"] == 0 for f in turn),
+           f"the turn fetched from the registry: {turn}")  # fmt: skip
+    if prepull:
+        expect([f["verb"] for f in turn] == ["switch"], f"the turn's fetches: {turn}")
+        said = [e.get("MESSAGE", "") for e in m.journal(f"_SYSTEMD_UNIT={AGENT_UNIT}")]
+        expect(any("nothing fetched" in str(text) for text in said),
+               "the agent did not report that its turn fetched nothing")  # fmt: skip
     no_more_boots(m, 2)
 
 
 FOLLOW_SCENARIOS = [
     Scenario("follow-tag", follow_tag, doc=follow_tag.__doc__ or ""),
-    Scenario("follow-window", follow_window, doc=follow_window.__doc__ or ""),
+    *(
+        Scenario(
+            f"follow-window-{persona}",
+            follow_window,
+            doc=follow_window.__doc__ or "",
+            persona=persona,
+        )
+        for persona in ("1.12.0", "1.16.10")
+    ),
 ]

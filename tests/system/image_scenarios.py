@@ -12,6 +12,7 @@ from tests.system import images
 from tests.system.follow_scenarios import FOLLOW_SCENARIOS
 from tests.system.layer_follow_scenarios import LAYER_FOLLOW_SCENARIOS
 from tests.system.machine import Machine
+from tests.system.persona_scenarios import PERSONA_SCENARIOS
 from tests.system.podman import podman, require_tools
 from tests.system.rootfs import REPO
 from tests.system.scenarios import SCENARIOS, Scenario, expect, settle_done
@@ -171,6 +172,7 @@ IMAGE_SCENARIOS = [
 ]
 ALL_SCENARIOS = [
     *SCENARIOS,
+    *PERSONA_SCENARIOS,
     *TRUST_SCENARIOS,
     *FOLLOW_SCENARIOS,
     *IMAGE_SCENARIOS,

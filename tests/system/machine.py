@@ -3,7 +3,13 @@
 systemd is PID 1 with a real system bus; `systemctl reboot` ends nspawn with exit 133 and the
 boot loop here starts it again (a new boot ID, the overlay's upper layer keeps the disk state).
 The harness reads the machine's files through the merged overlay directory and runs commands in
-it with nsenter (the container is not registered with machined: the host has no system bus)."""
+it with nsenter (the container is not registered with machined: the host has no system bus).
+
+`/sysroot` in the machine is read-only, as on a bootc host: a tmpfs of the machine's own (kept
+across its reboots), bound with `--bind-ro`. The stand-in bootc keeps its ostree repository there
+(`/sysroot/ostree/repo`), so whatever writes to it must remount it read-write in a private mount
+namespace first, as bootc does and as the agent's pre-pull must; a remount really happens, of a
+tmpfs, never of the host's own filesystem."""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from tests.system.rootfs import REPO
 GUEST = Path(__file__).resolve().parent / "guest"
 SRC_MOUNT = "/opt/image-mode-agent/src"
 GUEST_MOUNT = "/opt/image-mode-agent/guest"
+STANDIN_STATE = "/var/lib/standin-bootc"
 EXIT_REBOOT = 133
 MAX_BOOTS = 8  # a machine that reboots more than this is in a loop: stop it
 
@@ -32,11 +39,13 @@ class MachineError(AssertionError):
 
 
 class Machine:
-    def __init__(self, rootfs: Path, workdir: Path, name: str) -> None:
+    def __init__(self, rootfs: Path, workdir: Path, name: str, persona: str | None = None) -> None:
         self.lower = rootfs
         self.workdir = workdir
         self.name = name
+        self.persona = persona  # the stand-in bootc's release; None: its default (the newest)
         self.root = workdir / "root"
+        self.sysroot = workdir / "sysroot"
         self.boots = 0
         self.exit_codes: list[int] = []
         self.proc: subprocess.Popen | None = None
@@ -50,14 +59,18 @@ class Machine:
         """Mount the overlay (instant, unlike copying 430 MB) and give the machine its identity.
         `agent_link=False` keeps the lower tree's own /usr/bin/image-mode-agent (an image that
         installs the agent itself) instead of pointing it at the bind-mounted source."""
-        for d in ("upper", "ovwork", "root"):
+        for d in ("upper", "ovwork", "root", "sysroot"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         opts = (
             f"lowerdir={self.lower},upperdir={self.workdir / 'upper'},"
             f"workdir={self.workdir / 'ovwork'}"
         )
         run(["mount", "-t", "overlay", "overlay", "-o", opts, str(self.root)])
+        run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=256m", "ima-sysroot", str(self.sysroot)])
+        (self.sysroot / "ostree" / "repo").mkdir(parents=True)
         self.write("/etc/machine-id", uuid.uuid4().hex + "\n")
+        if self.persona:
+            self.write(f"{STANDIN_STATE}/persona", self.persona + "\n")
         self.write("/etc/hostname", self.name + "\n")
         # The stand-in bootc and its boot-time "bootloader" unit, bind-mounted from the repo.
         self.symlink("/usr/bin/bootc", f"{GUEST_MOUNT}/bootc")
@@ -144,6 +157,7 @@ class Machine:
             "--console=pipe", "--link-journal=no", "--resolv-conf=off", "--timezone=off",
             f"--machine={self.name}", "-D", str(self.root),
             f"--bind-ro={REPO}:{SRC_MOUNT}", f"--bind-ro={GUEST}:{GUEST_MOUNT}",
+            f"--bind-ro={self.sysroot}:/sysroot",
         ]  # fmt: skip
 
     @property
@@ -186,7 +200,7 @@ class Machine:
         return " | ".join(text.strip().splitlines()[-lines:])
 
     def boot_records(self) -> list[dict]:
-        text = self.read("/var/lib/standin-bootc/boots.log") or ""
+        text = self.read(f"{STANDIN_STATE}/boots.log") or ""
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def leader(self) -> int:
@@ -246,6 +260,10 @@ class Machine:
     def destroy(self, keep: bool = False) -> None:
         self.stop()
         subprocess.run(["timeout", "30", "umount", str(self.root)], capture_output=True)
+        if keep:  # the tmpfs goes with its mount: keep a copy of /sysroot beside upper/
+            subprocess.run(["timeout", "60", "cp", "-a", f"{self.sysroot}/.",
+                            str(self.workdir / "sysroot-kept")], capture_output=True)  # fmt: skip
+        subprocess.run(["timeout", "30", "umount", str(self.sysroot)], capture_output=True)
         if not keep:
             subprocess.run(["rm", "-rf", "--one-file-system", str(self.workdir)])
 

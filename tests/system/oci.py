@@ -13,6 +13,9 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+INDEX = "application/vnd.oci.image.index.v1+json"
+
 
 def _blob(layout: Path, data: bytes) -> dict:
     digest = hashlib.sha256(data).hexdigest()
@@ -35,15 +38,45 @@ def _layer(files: dict[str, tuple[str, int]]) -> tuple[bytes, str]:
     return gzip.compress(plain, mtime=0), "sha256:" + hashlib.sha256(plain).hexdigest()
 
 
-def write_image(layout: Path, tag: str, version: str, files: dict[str, tuple[str, int]]) -> str:
+def write_image(
+    layout: Path,
+    tag: str,
+    version: str,
+    files: dict[str, tuple[str, int]],
+    architecture: str = "amd64",
+) -> str:
     """Add `tag` to the OCI layout at `layout`; returns the manifest digest."""
+    return _add_ref(layout, tag, _manifest(layout, version, files, architecture))
+
+
+def write_index(
+    layout: Path, tag: str, version: str, files: dict[str, dict[str, tuple[str, int]]]
+) -> tuple[str, dict[str, str]]:
+    """Add `tag` to `layout` as a multi-platform OCI image index: one image per architecture
+    (`files` by Go arch: amd64, arm64...), all linux. Returns (index digest, {arch: instance
+    digest})."""
+    instances, entries = {}, []
+    for arch, arch_files in files.items():
+        desc = _manifest(layout, version, arch_files, arch)
+        instances[arch] = desc["digest"]
+        entries.append({"mediaType": MANIFEST, **desc,
+                        "platform": {"architecture": arch, "os": "linux"}})  # fmt: skip
+    index = {"schemaVersion": 2, "mediaType": INDEX, "manifests": entries}
+    desc = _blob(layout, json.dumps(index, sort_keys=True).encode())
+    return _add_ref(layout, tag, desc, INDEX), instances
+
+
+def _manifest(
+    layout: Path, version: str, files: dict[str, tuple[str, int]], architecture: str
+) -> dict:
+    """A bootable-labelled single-layer image's blobs; returns the manifest's descriptor."""
     layout.mkdir(parents=True, exist_ok=True)
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     gz, diff_id = _layer(files)
     layer = _blob(layout, gz)
     config = {
         "created": "2026-01-01T00:00:00Z",
-        "architecture": "amd64",
+        "architecture": architecture,
         "os": "linux",
         "config": {
             "Labels": {
@@ -57,11 +90,15 @@ def write_image(layout: Path, tag: str, version: str, files: dict[str, tuple[str
     config_desc = _blob(layout, json.dumps(config, sort_keys=True).encode())
     manifest = {
         "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "mediaType": MANIFEST,
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config_desc},
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **layer}],
     }
-    manifest_desc = _blob(layout, json.dumps(manifest, sort_keys=True).encode())
+    return _blob(layout, json.dumps(manifest, sort_keys=True).encode())
+
+
+def _add_ref(layout: Path, tag: str, desc: dict, media: str = MANIFEST) -> str:
+    """Name `desc` `tag` in the layout's index.json; returns its digest."""
     index_path = layout / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"manifests": []}
     index["schemaVersion"] = 2
@@ -71,19 +108,23 @@ def write_image(layout: Path, tag: str, version: str, files: dict[str, tuple[str
         if m.get("annotations", {}).get("org.opencontainers.image.ref.name") != tag
     ] + [
         {
-            "mediaType": manifest["mediaType"],
-            **manifest_desc,
+            "mediaType": media,
+            **desc,
             "annotations": {"org.opencontainers.image.ref.name": tag},
         }
     ]
     index_path.write_text(json.dumps(index))
-    return manifest_desc["digest"]
+    return desc["digest"]
 
 
-def push(layout: Path, tag: str, dest: str, *, authfile: Path | None = None) -> str:
+def push(
+    layout: Path, tag: str, dest: str, *, authfile: Path | None = None, all_images: bool = False
+) -> str:
     """skopeo copy oci:LAYOUT:TAG docker://DEST (loopback, plain HTTP); returns the digest the
-    registry serves, which must equal the layout's (skopeo copies the manifest unchanged)."""
+    registry serves, which must equal the layout's (skopeo copies the manifest unchanged).
+    `all_images`: an index with every instance (`--all`), not only this host's."""
     auth = ["--dest-authfile", str(authfile)] if authfile else []
+    auth += ["--all"] if all_images else []
     cmd = ["timeout", "60", "skopeo", "copy", "--quiet", "--dest-tls-verify=false", *auth]
     subprocess.run([*cmd, f"oci:{layout}:{tag}", f"docker://{dest}"], check=True)
     inspect = ["timeout", "30", "skopeo", "inspect", "--raw", "--tls-verify=false"]

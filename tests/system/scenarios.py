@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.model.bootc_releases import features_of
 from tests.system.machine import Machine, MachineError
 from tests.system.rootfs import REPO
 from tests.system.world import (
@@ -36,6 +37,8 @@ class Scenario:
     doc: str = ""
     # The machine's lower tree when not the cached rootfs (e.g. a built bootc image's root).
     lower: Callable[[World], Path] | None = None
+    # The bootc release the machine's stand-in speaks (None: the newest, its default).
+    persona: str | None = None
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -84,6 +87,24 @@ def no_more_boots(m: Machine, boots: int, seconds: float = 3) -> None:
     """Nothing reboots behind our back once settled."""
     time.sleep(seconds)
     expect(m.boots == boots, f"expected {boots} boot(s), the machine booted {m.boots} times")
+
+
+def fetches(m: Machine) -> list[dict]:
+    """The stand-in bootc's fetched.log: one line per fetch (a stage's pull or a pre-pull), with
+    whether the registry was contacted and the bytes it had to download."""
+    text = m.read(f"{STANDIN_STATE}/fetched.log") or ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def expect_bootc_announced(m: Machine) -> None:
+    """The agent's status names the machine's bootc release (the stand-in's persona) and the
+    pre-stage path that release allows: download-only from 1.16.10, else the pre-pull."""
+    if m.persona is None:
+        return
+    bootc = agent_status(m).get("bootc") or {}
+    want = "download-only" if "switch-download-only" in features_of(m.persona) else "pre-pull"
+    expect(bootc.get("version") == m.persona and bootc.get("prestage") == want,
+           f"status.json bootc is {bootc}, the host has bootc {m.persona} ({want})")  # fmt: skip
 
 
 def start_managed(w: World, m: Machine, image: Image) -> None:
@@ -211,9 +232,11 @@ def live_ssh_key(w: World, m: Machine) -> None:
 
 
 def image_update(w: World, m: Machine) -> None:
-    """v1 → v2: staged, exactly one reboot, verified before boot-complete, committed."""
+    """v1 → v2: staged, exactly one reboot, verified before boot-complete, committed; the agent
+    names the host's bootc release, and v2's blobs came from the registry once."""
     v1, v2 = w.images["v1"], w.images["v2"]
     start_managed(w, m, v1)
+    expect_bootc_announced(m)
     w.set_desired(m, v2)
     m.wait_booted(2, AGENT_TIMEOUT)
     settle_done(m, v2)
@@ -222,6 +245,8 @@ def image_update(w: World, m: Machine) -> None:
     verify = m.sh("systemctl show -p ActiveState,Result image-mode-agent-verify.service").stdout
     expect("Result=success" in verify, f"verify unit: {verify}")
     m.sh("systemctl is-active boot-complete.target")
+    pulls = [f for f in fetches(m) if f["ref"] == v2.pinned and f["bytes"] > 0]
+    expect(len(pulls) == 1, f"v2 was downloaded {len(pulls)} times: {fetches(m)}")
     no_more_boots(m, 2)
 
 
@@ -325,7 +350,12 @@ SCENARIOS = [
         doc=standin_bootloader.__doc__ or "",
     ),
     Scenario("live-ssh-key", live_ssh_key),
-    Scenario("image-update", image_update),
+    *(
+        Scenario(
+            f"image-update-{persona}", image_update, doc=image_update.__doc__ or "", persona=persona
+        )
+        for persona in ("1.12.0", "1.16.10")
+    ),
     Scenario("health-rollback", health_rollback),
     Scenario("missing-image", missing_image),
     Scenario("crash-recovery", crash_recovery),
@@ -359,10 +389,25 @@ def probe_agent() -> tuple[str | None, str | None]:
     mode = None
     for candidate in HOST_MODES:
         probe = subprocess.run(
-            ["timeout", "30", str(REPO / ".venv/bin/python"), "-m", "agent", "run",
-             "--source", "file:/nonexistent", "--host", candidate, "--once", "--dry-run"],
-            capture_output=True, text=True, env=env, cwd=REPO,
-        )  # fmt: skip
+            [
+                "timeout",
+                "30",
+                str(REPO / ".venv/bin/python"),
+                "-m",
+                "agent",
+                "run",
+                "--source",
+                "file:/nonexistent",
+                "--host",
+                candidate,
+                "--once",
+                "--dry-run",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
         if "unknown host" not in probe.stderr and "invalid choice" not in probe.stderr:
             mode = candidate
             break

@@ -15,12 +15,11 @@ from typing import Any
 
 from tests import secrets_canary as canary
 from tests.system import oci
-from tests.system.machine import Machine
+from tests.system.machine import STANDIN_STATE, Machine
 from tests.system.registry import Registry, free_port
 from tests.system.rootfs import REPO
 
 IMAGE_REPO = "testos"
-STANDIN_STATE = "/var/lib/standin-bootc"
 DESIRED = "/etc/image-mode-agent/desired.yaml"
 AGENT_ENV = "/etc/image-mode-agent/agent.env"
 AGENT_STATE = "/var/lib/image-mode-agent"
@@ -28,6 +27,8 @@ AGENT_UNIT = "image-mode-agent.service"
 VERIFY_UNIT = "image-mode-agent-verify.service"
 KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA test-a"
 KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB test-b"
+MULTI = "multi"  # the tag of the two-platform index; its instances are images["multi-<arch>"]
+MULTI_ARCHES = ("amd64", "arm64")
 FAILING_CHECK = "#!/bin/sh\necho 'testos v3: payments service did not start'\nexit 1\n"
 
 
@@ -70,6 +71,8 @@ class World:
     images: dict[str, Image] = field(default_factory=dict)
     host_mode: str = "local"  # `--host` value the agent's CLI accepts (scenarios.probe_agent)
     cleanups: list[Callable[[], None]] = field(default_factory=list)  # run by stop(), last first
+    # What scenarios build once per run and share (e.g. the signed images), by name.
+    built: dict[str, Any] = field(default_factory=dict)
 
     def start(self) -> World:
         self.registry = Registry(self.workdir / "registry").start()
@@ -92,6 +95,16 @@ class World:
             oci.write_image(layout, version, version, files)
             digest = oci.push(layout, version, f"{name}:{version}")
             self.images[version] = Image(name, version, digest)
+        # A two-platform OCI index (linux/amd64 + linux/arm64), pushed with `skopeo copy --all`:
+        # a tag that names a manifest list resolves to this host's instance (ChooseInstance).
+        index, instances = oci.write_index(
+            layout, MULTI, MULTI, {arch: image_files(f"{MULTI}-{arch}") for arch in MULTI_ARCHES}
+        )
+        served = oci.push(layout, MULTI, f"{name}:{MULTI}", all_images=True)
+        assert served == index, f"the registry serves {served} for the index {index}"
+        self.images[MULTI] = Image(name, MULTI, index)
+        for arch, digest in instances.items():
+            self.images[f"{MULTI}-{arch}"] = Image(name, MULTI, digest)
         auth = self.auth_registry.authfile(self.workdir / "auth.json")
         auth_name = f"{self.auth_registry.host}/{IMAGE_REPO}"
         digest = oci.push(layout, "v2", f"{auth_name}:v2", authfile=auth)
@@ -110,14 +123,15 @@ class World:
 
     # ---- machines -----------------------------------------------------------------------------
 
-    def machine(self, name: str, lower: Path | None = None) -> Machine:
+    def machine(self, name: str, lower: Path | None = None, persona: str | None = None) -> Machine:
         """A machine over the cached rootfs, or over `lower`: a built image's root that ships
-        the agent itself (its /usr/bin/image-mode-agent is then kept)."""
+        the agent itself (its /usr/bin/image-mode-agent is then kept). `persona`: the bootc
+        release its stand-in speaks (the state dir's `persona` file); None: the newest."""
         # The hostname doubles as nspawn's machine name (its /run/systemd/nspawn/propagate/ dir):
         # unique per run, so two runs on one host never collide.
         # (nspawn accepts only hostname characters: no "_", which mkdtemp names may hold.)
         unique = f"{name}-{hashlib.sha256(str(self.workdir).encode()).hexdigest()[:6]}"
-        machine = Machine(lower or self.rootfs, self.workdir / "machines" / name, unique)
+        machine = Machine(lower or self.rootfs, self.workdir / "machines" / name, unique, persona)
         machine.create(agent_link=lower is None)
         assert self.registry and self.auth_registry
         # Plain HTTP on loopback, as containers-image's registries.conf allows (bootc reads it).

@@ -86,8 +86,13 @@ ostree admin init-fs "$M"
 ostree admin --sysroot="$M" os-init debian
 R=$M/ostree/repo
 ostree --repo="$R" config set sysroot.bootloader syslinux
+# /sysroot read-only once booted, as `bootc install` leaves it (install.rs:237): whatever writes
+# the repository remounts it in a private mount namespace (the guest bootc's verbs do; the agent's
+# pre-pull must).
+ostree --repo="$R" config set sysroot.readonly true
 ostree --repo="$R" commit -b ima/base --subject base --tree=dir="$ROOT"
-# v1 goes in as the guest bootc imports any image: base + the image's /usr and /etc (as /usr/etc)
+# v1 goes in as the guest bootc imports any image: base + the image's /usr and /etc (as /usr/etc),
+# a commit under ostree-ext's image ref for NAME@DIGEST (guest/bootc import_image)
 V1=$(python3 "$HERE/guest/bootc" internal-import --repo "$R" --layout "$V1_LAYOUT" \
        --digest "$V1_DIGEST" --name "$V1_NAME")
 mkdir -p "$M/boot/loader.0" && ln -s loader.0 "$M/boot/loader" && touch "$M/boot/loader/syslinux.cfg"

@@ -19,14 +19,16 @@ from tests.system.world import image_files
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build-disk.sh"
 PACKAGES = HERE / "packages.txt"
-# Files baked into the disk: a change to any of them must rebuild it. (The guest bootc is not
-# baked in: the VM runs it from the repo's 9p share.)
+# Files baked into the disk: a change to any of them must rebuild it. The guest bootc runs from
+# the repo's 9p share, but its import made the disk's v1 commit (under its image ref, on top of
+# the base), so the disk follows it too.
 BAKED = (
     BUILD,
     PACKAGES,
     HERE / "guest/harness-boot.service",
     HERE / "guest/harness-seed.service",
     HERE / "guest/harness-step.service",
+    HERE / "guest/bootc",
 )
 GUEST_REGISTRY = "10.0.2.100:5000"
 GUEST_IMAGE = f"{GUEST_REGISTRY}/testos"

@@ -23,6 +23,27 @@ wait_file() {  # wait_file PATH [TENTHS]: poll fast (the window after staging is
   done
 }
 agent_pid() { systemctl show -p MainPID --value image-mode-agent.service; }
+# The guest bootc's fetched.log (a line per fetch: verb, ref, registry contacted, bytes).
+FETCHED=/var/lib/ostree-bootc/fetched.log
+fetch_count() { if [ -e $FETCHED ]; then wc -l < $FETCHED; else echo 0; fi; }
+fetches() {  # fetches FROM [registry|verbs|boot]: the lines after line FROM, summarised
+  [ -e $FETCHED ] || { echo; return; }
+  tail -n +$(($1 + 1)) $FETCHED | python3 -c 'import json,sys
+lines = [json.loads(l) for l in sys.stdin if l.strip()]
+what = sys.argv[1] if len(sys.argv) > 1 else ""
+boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+if what == "registry":  # how many contacted the registry
+    print(sum(1 for l in lines if l["registry"]))
+elif what == "boot":  # how many in this boot contacted the registry
+    print(sum(1 for l in lines if l["registry"] and l["bootId"] == boot))
+elif what == "verbs":
+    print(" ".join(l["verb"] for l in lines))
+else:
+    print(" | ".join("%s %s registry=%s bytes=%s" % (l["verb"], l["ref"][-12:], l["registry"],
+                                                      l["bytes"]) for l in lines))' "$2"
+}
+repo_lists() { bootc internals ostree-container image list --repo /sysroot/ostree/repo | grep -qx "docker://$1"; }
+sysroot_ro() { findmnt -no OPTIONS /sysroot | grep -q '^ro'; }
 set_desired() {  # set_desired FILE: the next desired state, replaced atomically
   cp "$H/$1" /etc/image-mode-agent/desired.yaml.tmp
   chmod 600 /etc/image-mode-agent/desired.yaml.tmp

@@ -14,4 +14,4 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 tests/system/setup-host.sh
-exec timeout "${IMA_OSTREE_TIMEOUT:-3600}" .venv/bin/python vm-tests/ostree/scenarios.py "$@"
+exec timeout "${IMA_OSTREE_TIMEOUT:-5400}" .venv/bin/python vm-tests/ostree/scenarios.py "$@"

@@ -32,7 +32,7 @@ import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -476,14 +476,10 @@ class Bootc:
                 with contextlib.suppress(asyncio.CancelledError):
                     await tail
         stderr = _read_text(local_err)
-        if final is not None and final.load_state == "loaded":
-            # Read again: a stage of a newer target may have replaced ours while we waited
-            # (after our unit ended); clearing the name then would stop that one.
-            final = replace(final, description=(await self.runner.unit_state(self.unit)
-                                                ).description or final.description)  # fmt: skip
-        if final is not None and final.load_state == "loaded" and final.description != description:
-            # Another stage of a newer target replaced ours under the same name: not ours to
-            # judge or clear.
+        # The name as it is now, not as it was when our unit ended: a stage of a newer target
+        # may have replaced ours meanwhile. Not ours to judge or clear (clearing would stop it).
+        now = await self.runner.unit_state(self.unit) if final is not None else None
+        if now is not None and now.load_state == "loaded" and now.description != description:
             raise HostError("staging was superseded by a newer stage", kind="cancelled")
         if final is None:  # deadline: stop the unit; a later stage starts afresh
             await self.runner.stop_unit(self.unit)

@@ -84,6 +84,18 @@ def parse_version(text: str) -> str:
     return match.group(1) if match else ""
 
 
+# Each capability that a `--help` lists: the verb, its flag, and the release-table feature.
+_LISTED: dict[str, tuple[str, str, str]] = {
+    "switch_download_only": ("switch", "--download-only", "switch-download-only"),
+    "upgrade_download_only": ("upgrade", "--download-only", "upgrade-download-only"),
+    "switch_from_downloaded": ("switch", "--from-downloaded", "switch-from-downloaded"),
+    "upgrade_from_downloaded": ("upgrade", "--from-downloaded", "upgrade-from-downloaded"),
+    "upgrade_tag": ("upgrade", "--tag", "upgrade-tag"),
+    "soft_reboot": ("upgrade", "--soft-reboot", "soft-reboot"),
+    "sigpolicy": ("switch", "--enforce-container-sigpolicy", "switch-sigpolicy"),
+}
+
+
 def from_help(
     switch_help: str,
     upgrade_help: str,
@@ -95,18 +107,12 @@ def from_help(
 ) -> Capabilities:
     """Capabilities from the flags `bootc switch --help` and `bootc upgrade --help` list (hidden
     flags are probed separately: `progress_fd`, `image_pull`)."""
-    switch, upgrade = set(_FLAG.findall(switch_help)), set(_FLAG.findall(upgrade_help))
+    flags = {"switch": set(_FLAG.findall(switch_help)), "upgrade": set(_FLAG.findall(upgrade_help))}
     return Capabilities(
-        switch_download_only="--download-only" in switch,
-        upgrade_download_only="--download-only" in upgrade,
-        switch_from_downloaded="--from-downloaded" in switch,
-        upgrade_from_downloaded="--from-downloaded" in upgrade,
-        upgrade_tag="--tag" in upgrade,
-        soft_reboot="--soft-reboot" in upgrade,
-        sigpolicy="--enforce-container-sigpolicy" in switch,
+        **{name: flag in flags[verb] for name, (verb, flag, _) in _LISTED.items()},
         image_pull=image_pull,
         lock_finalization=lock_finalization,
-        progress_fd=progress_fd or "--progress-fd" in switch,
+        progress_fd=progress_fd or "--progress-fd" in flags["switch"],
         version=version,
     )
 
@@ -118,13 +124,7 @@ def release_capabilities(version: str) -> Capabilities:
     `admin lock-finalization` (>= 2023.8). ValueError for a version outside the table."""
     has = features_of(version)
     return Capabilities(
-        switch_download_only="switch-download-only" in has,
-        upgrade_download_only="upgrade-download-only" in has,
-        switch_from_downloaded="switch-from-downloaded" in has,
-        upgrade_from_downloaded="upgrade-from-downloaded" in has,
-        upgrade_tag="upgrade-tag" in has,
-        soft_reboot="soft-reboot" in has,
-        sigpolicy="switch-sigpolicy" in has,
+        **{name: feature in has for name, (_, _, feature) in _LISTED.items()},
         image_pull="internals-image-pull" in has,
         lock_finalization=True,
         progress_fd=True,

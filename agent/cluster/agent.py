@@ -38,7 +38,7 @@ from agent.cluster.kube import (
 )
 from agent.cluster.mcn_steps import PassSteps
 from agent.cluster.mcn_writer import MachineConfigNodeWriter
-from agent.cluster.prestager import PrestageOptions, Prestager
+from agent.cluster.prestager import PoolTarget, PrestageOptions, Prestager
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
 from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
@@ -131,9 +131,10 @@ class ClusterAgent:
                              soft_reboot=options.soft_reboot)  # fmt: skip
         self.prestager: Prestager | None = None
         if options.prestage.mode == "pool" and not options.dry_run:
-            self.prestager = Prestager(api, self.node, self.engine, self.events,
-                                       self.board.metrics, self._pool_desired,
-                                       options.prestage)  # fmt: skip
+            source = PoolTarget(api, self.node, self.events, self._pool_desired,
+                                options.prestage.repick)  # fmt: skip
+            self.prestager = Prestager(self.node, self.engine, self.events, self.board.metrics,
+                                       source, options.prestage)  # fmt: skip
         # Read at scrape time: every request counts, also those after the last pass.
         for kube, who in ((api, "reads"), (node_api, "node")):
             counter = kube.counter

@@ -1,12 +1,14 @@
-"""Pool-wide pre-staging: follow the Node's pool and the rendered config it moves to, and stage
-that image locked in the background before the controller picks this node.
+"""Pre-staging: follow the target the node's controller publishes before it picks nodes, and
+stage that image locked in the background before this node's turn.
 
-One pool (found by the controller's rule, `pool.py`) and one rendered config are watched; no
-other Node is. The Node itself is never written: state, cordon and annotations stay as they are,
-so the controller does not count the node unavailable. A failed pre-stage is retried with
-backoff and reported (Event, metric), never Degraded; a full disk stops it until the target
-changes. The update loop pauses the pre-stager while it acts (`paused()`), so a node whose turn
-comes while it still waits out its jitter starts at once."""
+Where the target comes from is a `TargetSource`: the Node's pool and the rendered config it
+moves to (`PoolTarget`: one pool, found by the controller's rule in `pool.py`, and one
+rendered config are watched; no other Node is), or a HyperShift NodePool's upgrade ConfigMap
+(agent/hypershift/target.py). The Node itself is never written: state, cordon and annotations
+stay as they are, so the controller does not count the node unavailable. A failed pre-stage
+is retried with backoff and reported (Event, metric), never Degraded; a full disk stops it
+until the target changes. The update loop pauses the pre-stager while it acts (`paused()`),
+so a node whose turn comes while it still waits out its jitter starts at once."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
@@ -24,7 +26,7 @@ from agent.cluster import annotations as A
 from agent.cluster.events import EventRecorder
 from agent.cluster.kube import MACHINECONFIGS, TRANSIENT, Kube, KubeError
 from agent.cluster.pool import MACHINECONFIGPOOLS, PoolError, primary_pool
-from agent.cluster.prestage import Act, decide, pool_target
+from agent.cluster.prestage import Act, Decision, decide, pool_target
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
 from agent.errors import HostError, InputError
@@ -45,33 +47,116 @@ class PrestageOptions:
     repick: float = 600.0  # seconds between re-listing the pools (a new custom pool)
 
 
-class Prestager:
+class TargetSource(Protocol):
+    """Where the pre-stager learns the target: `what` names it in Events and logs ("pool
+    target", capitalised at a sentence's start); `on_change` is set by the pre-stager and called
+    when the target may have moved."""
+
+    what: str
+    on_change: Callable[[], None]
+
+    async def target(self) -> str | None:
+        """The name of the config the node will be asked for next (None: none published)."""
+        ...
+
+    def decide(self, node: A.NodeView, target: str | None, journal_idle: bool) -> Decision: ...
+
+    async def desired(self, target: str) -> Desired | None:
+        """The desired state of `target`; None while it is not there yet (a watch brings it);
+        InputError when it cannot be used."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class PoolTarget:
+    """The Node's pool (re-picked when the Node's labels change, the pool is gone, or `repick`
+    seconds passed) and the rendered config its `spec.configuration.name` names."""
+
+    what = "pool target"
+
     def __init__(
         self,
         api: Kube,
         node: ObjectWatch,
+        events: EventRecorder,
+        desired_of: Callable[[dict[str, Any]], Desired],
+        repick: float,
+    ) -> None:
+        self.api, self.node, self.events, self.desired_of = api, node, events, desired_of
+        self.repick = repick
+        self.on_change: Callable[[], None] = lambda: None
+        self.pool = NamedWatch(api, MACHINECONFIGPOOLS, on_change=lambda: self.on_change())
+        self.rendered = NamedWatch(api, MACHINECONFIGS, on_change=lambda: self.on_change())
+        self._labels: dict[str, str] | None = None
+        self._picked_at = 0.0
+        self.log = structlog.get_logger("prestage").bind(node=node.name)
+
+    async def target(self) -> str | None:
+        return pool_target(await self._pool())
+
+    def decide(self, node: A.NodeView, target: str | None, journal_idle: bool) -> Decision:
+        return decide(node, target, journal_idle)
+
+    async def desired(self, target: str) -> Desired | None:
+        rendered = await self.rendered.get(target)
+        return None if rendered is None else self.desired_of(rendered)
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.rendered.close()
+
+    async def _pool(self) -> dict[str, Any] | None:
+        labels = dict(((self.node.obj or {}).get("metadata") or {}).get("labels") or {})
+        now = asyncio.get_running_loop().time()
+        watch = self.pool.watch
+        gone = watch is not None and watch.missing
+        if labels == self._labels and not gone and now - self._picked_at < self.repick:
+            return watch.obj if watch is not None else None
+        self._labels, self._picked_at = labels, now
+        listing = await self.api.get(MACHINECONFIGPOOLS)
+        try:
+            name = primary_pool(self.node.name, labels, listing.get("items") or [])
+        except PoolError as exc:
+            await self.events.emit("PrestageSkipped", f"{exc}; pre-staging is off until this "
+                                   "is fixed", warning=True)  # fmt: skip
+            self.log.warning("no pool to pre-stage for", error=str(exc))
+            name = None
+        if name is None:
+            self.pool.stop()
+            return None
+        if watch is None or watch.name != name:
+            self.log.info("following pool", pool=name)
+        return await self.pool.get(name)
+
+
+class Prestager:
+    def __init__(
+        self,
+        node: ObjectWatch,
         engine: Engine,
         events: EventRecorder,
         metrics: Metrics,
-        desired_of: Callable[[dict[str, Any]], Desired],
+        source: TargetSource,
         options: PrestageOptions,
         rng: random.Random | None = None,
     ) -> None:
-        self.api, self.node, self.engine = api, node, engine
+        self.node, self.engine, self.source = node, engine, source
         self.events, self.metrics, self.options = events, metrics, options
-        self.desired_of = desired_of
         self.rng = rng or random.Random()
         self.wakeup = asyncio.Event()
-        self.pool = NamedWatch(api, MACHINECONFIGPOOLS, on_change=self.poke)
-        self.rendered = NamedWatch(api, MACHINECONFIGS, on_change=self.poke)
-        self._labels: dict[str, str] | None = None
-        self._picked_at = 0.0
+        source.on_change = self.poke
         self._task: asyncio.Task[None] | None = None
         self._task_key: str | None = None  # the Desired.key the task pre-stages
         self._pulled = False  # the task's pre-stage was a pre-pull (checked again on wake-up)
         self._stopped_key: str | None = None  # a pre-stage stopped for good (full disk)
         self._paused = 0
         self.log = structlog.get_logger("prestage").bind(node=node.name)
+
+    @property
+    def _what(self) -> str:
+        what = self.source.what
+        return what[:1].upper() + what[1:]
 
     def poke(self) -> None:
         self.wakeup.set()
@@ -110,15 +195,14 @@ class Prestager:
                         await self.wakeup.wait()
         finally:
             await self._cancel_task()
-            await self.pool.close()
-            await self.rendered.close()
+            await self.source.close()
 
     async def _step(self) -> None:
         if self.node.obj is None:
             return
-        target = pool_target(await self._pool())
+        target = await self.source.target()
         node = A.NodeView.of(self.node.obj)
-        decision = decide(node, target, journal_idle=self._journal_idle())
+        decision = self.source.decide(node, target, journal_idle=self._journal_idle())
         match decision.act:
             case Act.WAIT:
                 pass
@@ -138,14 +222,13 @@ class Prestager:
         return str(self.engine.journal.load().phase) == "idle"
 
     async def _stage_target(self, name: str) -> None:
-        rendered = await self.rendered.get(name)
-        if rendered is None:
-            return  # not rendered yet: its watch wakes us
         try:
-            desired = self.desired_of(rendered)
+            desired = await self.source.desired(name)
         except InputError as exc:
-            self.log.warning("pool target not usable; not pre-staged", config=name, error=str(exc))
+            self.log.warning("target not usable; not pre-staged", config=name, error=str(exc))
             return
+        if desired is None:
+            return  # not published yet: its watch wakes us
         if desired.key == self._stopped_key:
             return  # stopped for good
         if desired.key == self._task_key and not (self._pulled and self._task_done()):
@@ -167,32 +250,6 @@ class Prestager:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    # -- which pool ------------------------------------------------------------------------
-    async def _pool(self) -> dict[str, Any] | None:
-        """The Node's pool, re-picked when the Node's labels change, the pool is gone, or
-        `repick` seconds passed (a custom pool created since)."""
-        labels = dict(((self.node.obj or {}).get("metadata") or {}).get("labels") or {})
-        now = asyncio.get_running_loop().time()
-        watch = self.pool.watch
-        gone = watch is not None and watch.missing
-        if labels == self._labels and not gone and now - self._picked_at < self.options.repick:
-            return watch.obj if watch is not None else None
-        self._labels, self._picked_at = labels, now
-        listing = await self.api.get(MACHINECONFIGPOOLS)
-        try:
-            name = primary_pool(self.node.name, labels, listing.get("items") or [])
-        except PoolError as exc:
-            await self.events.emit("PrestageSkipped", f"{exc}; pre-staging is off until this "
-                                   "is fixed", warning=True)  # fmt: skip
-            self.log.warning("no pool to pre-stage for", error=str(exc))
-            name = None
-        if name is None:
-            self.pool.stop()
-            return None
-        if watch is None or watch.name != name:
-            self.log.info("following pool", pool=name)
-        return await self.pool.get(name)
 
     # -- one pre-stage ---------------------------------------------------------------------
     async def _prestage(self, name: str, desired: Desired) -> None:
@@ -229,18 +286,18 @@ class Prestager:
             self.log.info("not pre-staged", config=name, why=result.note)
             self._set_state("none")
             if result.note.startswith("pre-staging unavailable"):
-                await self.events.emit("PrestageSkipped", f"Pool target {name}: "
+                await self.events.emit("PrestageSkipped", f"{self._what} {name}: "
                                        f"{result.note}", warning=True)  # fmt: skip
             return
         self._pulled = result.outcome.endswith("pulled")
         self._set_state("staged")
         self.log.info("pre-staged", config=name, image=target, result=str(result))
         if result.outcome == "staged":
-            await self.events.emit("OSImagePrestaged", f"Pool target {name}: OS image {target} "
+            await self.events.emit("OSImagePrestaged", f"{self._what} {name}: OS image {target} "
                                    "staged locked; it is applied only when this node's turn "
                                    "comes")  # fmt: skip
         elif result.outcome == "pulled":
-            await self.events.emit("OSImagePrepulled", f"Pool target {name}: OS image {target} "
+            await self.events.emit("OSImagePrepulled", f"{self._what} {name}: OS image {target} "
                                    "pulled into the repository, nothing staged; this node's "
                                    f"turn fetches no layer ({result.note})")  # fmt: skip
 
@@ -249,13 +306,14 @@ class Prestager:
         kind = getattr(exc, "kind", "other")
         self.metrics.prestage_failures.labels(kind).inc()
         self._set_state("failed" if retrying else "stopped")
+        what = f"Pre-staging {target} for {self.source.what} {name}"
         if kind == "disk-space":
-            text = (f"Pre-staging {target} for pool target {name} stopped: out of disk space "
-                    f"({exc}); the image is pulled when this node's turn comes")  # fmt: skip
+            text = (f"{what} stopped: out of disk space ({exc}); the image is pulled when this "
+                    "node's turn comes")  # fmt: skip
         elif retrying:
-            text = f"Pre-staging {target} for pool target {name} failed ({kind}): {exc}; retrying"
+            text = f"{what} failed ({kind}): {exc}; retrying"
         else:
-            text = f"Pre-staging {target} for pool target {name} stopped ({kind}): {exc}"
+            text = f"{what} stopped ({kind}): {exc}"
         self.log.warning("pre-stage failed", config=name, kind=kind, error=str(exc),
                          retrying=retrying)  # fmt: skip
         await self.events.emit("OSImagePrestageFailed", text, warning=True)

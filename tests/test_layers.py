@@ -16,7 +16,7 @@ LAYERS: list[set[str]] = [
     {"agent.host"},
     {"agent.update"},
     {"agent.sources", "agent.observe", "agent.strategy"},
-    {"agent.cluster", "agent.follow"},
+    {"agent.cluster", "agent.follow", "agent.hypershift"},
     {"agent.demo"},
     {"agent.app", "agent.__main__"},
 ]

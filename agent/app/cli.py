@@ -101,14 +101,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         open_host,
         run_cluster_source,
         run_file_source,
+        run_hypershift_source,
         until_signalled,
         watchdog,
     )
 
     kind, _, arg = args.source.partition(":")
-    if not ((kind == "file" and arg) or args.source == "kube" or kind == "image"):
+    if not ((kind == "file" and arg) or args.source in ("kube", "hypershift") or kind == "image"):
         raise InputError(
-            f"unknown source {args.source!r}: expected file:PATH, image:REF or kube",
+            f"unknown source {args.source!r}: expected file:PATH, image:REF, kube or hypershift",
             field="--source",
         )
     follow = None
@@ -147,6 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 ))  # fmt: skip
             if args.source == "kube":
                 return await run_cluster_source(host, allowlist, args, board)
+            if args.source == "hypershift":
+                return await run_hypershift_source(host, allowlist, args, board)
             return await run_file_source(Path(arg), host, options, board=board, allowlist=allowlist)
         finally:
             beat.cancel()
@@ -301,8 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--source",
         required=True,
-        help="file:PATH (a MachineConfig document), image:REF (follow a tag: no cluster) or "
-        "kube (the Node)",
+        help="file:PATH (a MachineConfig document), image:REF (follow a tag: no cluster), "
+        "kube (the Node) or hypershift (the Node in a hosted cluster's InPlace NodePool)",
     )
     run.add_argument("--host", required=True, help="simulated:DIR or local")
     run.add_argument("--once", action="store_true", help="exit 0 Done, 3 rebooting, 4 Degraded")
@@ -381,6 +384,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds before the first retry of a failed pre-stage (doubling, up to 600)",
+    )
+    hypershift = run.add_argument_group(
+        "HyperShift InPlace NodePool (--source hypershift; also --kubeconfig: the kubelet's, "
+        "--node-name, --drain-timeout, --prestage*)"
+    )
+    hypershift.add_argument(
+        "--upgrade-namespace",
+        help="namespace of the NodePool's upgrade ConfigMap (default: <np>-upgrade, np from "
+        "the Node's label hypershift.openshift.io/nodePool)",
+    )
+    hypershift.add_argument(
+        "--upgrade-configmap", help="the upgrade ConfigMap's name (default: <np>-upgrade)"
+    )
+    hypershift.add_argument(
+        "--refused-retry",
+        type=float,
+        default=60.0,
+        help="seconds a refused NodePool config holds the NodePool before the agent lifts its "
+        "Degraded to let the upgrader publish a new target",
     )
     run.set_defaults(func=cmd_run)
     _host_flags(run)

@@ -174,6 +174,50 @@ async def run_cluster_source(
             await node_api.close()
 
 
+async def run_hypershift_source(
+    host: Host, allowlist: Allowlist, args: object, board: StatusBoard | None = None
+) -> int:
+    """`run --source hypershift`: the kubelet's credentials, the Node's name, then the agent
+    that stands in for the MCD pod of a hosted cluster's InPlace NodePool."""
+    from agent.cluster.kube import Kube
+    from agent.cluster.prestager import PrestageOptions
+    from agent.hypershift.agent import HypershiftAgent, HypershiftOptions
+
+    node_name = getattr(args, "node_name", None) or os.environ.get("NODE_NAME")
+    if not node_name:
+        raise InputError("no node name: pass --node-name or set NODE_NAME", field="--node-name")
+    refused_retry = getattr(args, "refused_retry", 60.0)
+    if not refused_retry > 0:
+        raise InputError(f"must be > 0, got {refused_retry}", field="--refused-retry")
+    options = HypershiftOptions(
+        node_name=node_name,
+        upgrade_namespace=getattr(args, "upgrade_namespace", None),
+        upgrade_configmap=getattr(args, "upgrade_configmap", None),
+        drain_timeout=getattr(args, "drain_timeout", 3600.0),
+        dry_run=getattr(args, "dry_run", False),
+        max_boot_attempts=getattr(args, "max_boot_attempts", 1),
+        soft_reboot=getattr(args, "allow_soft_reboot", False),
+        refused_retry=refused_retry,
+        prestage=PrestageOptions(
+            mode=getattr(args, "prestage", "pool"),
+            jitter=getattr(args, "prestage_jitter", 60.0),
+            retry_initial=getattr(args, "prestage_retry", 10.0),
+        ),
+    )
+    api = await Kube.connect(getattr(args, "kubeconfig", None))
+    board = board or StatusBoard()
+    if not options.dry_run:
+        await announce_bootc(host, board)
+    agent = HypershiftAgent(api, host, allowlist, options, board)
+    try:
+        return await until_signalled(agent.run())
+    finally:
+        structlog.get_logger("agent").info(
+            "api requests", reads=api.counter.reads, writes=api.counter.writes
+        )
+        await api.close()
+
+
 async def until_signalled(work: Coroutine[Any, Any, int]) -> int:
     """Run `work`; SIGTERM or SIGINT cancel it at its next await and the process exits 0.
     The journal makes stopping safe at any point."""

@@ -34,6 +34,13 @@ NEVER_DELETED = frozenset({KUBELET_CA, CLOUD_CA, USER_CA_BUNDLE})  # as the MCD'
 CORE = Owner(name="core")
 IMAGE_CATEGORIES = ("files", "units", "osImageURL", "kernelArguments", "extensions", "kernelType")
 
+# The last reason of a refusal for image content; a source with its own way to name an image
+# (HyperShift: NodePool.spec.config) says it in its place.
+IMAGE_BUILD_HINT = (
+    "these changes are image content and need an image build: build an OS image that contains "
+    "them and set osImageURL to its digest-pinned reference"
+)
+
 
 @dataclass(frozen=True)
 class LiveStep:
@@ -321,8 +328,7 @@ def plan_update(
             image_changes=tuple(categories),
             reasons=(
                 *reasons,
-                "these changes are image content and need an image build: build an OS image "
-                "that contains them and set osImageURL to its digest-pinned reference",
+                IMAGE_BUILD_HINT,
             ),
         )
     if split.live:

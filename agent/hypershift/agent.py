@@ -1,0 +1,472 @@
+"""HyperShift mode: the node side of a hosted cluster's InPlace NodePool upgrade, in place of the
+machine-config-daemon pod the upgrader starts (../shared/reference/hypershift-inplace.md §4).
+
+In: the own Node (`desiredConfig`, `currentConfig`, `lastAppliedDrain`) and the NodePool's upgrade
+ConfigMap (`data.hash`, `data.config`), both watched with the kubelet's identity. Out: the same
+Node annotations as the MCD writes in this mode, and Events:
+- an update begins: `state=Working` (the staging progress in `reason`);
+- before the reboot: one patch `state=Working`, `reason=""`, `desiredDrain=drain-<hash>`, then the
+  drainer's `lastAppliedDrain` is awaited;
+- Done: one patch `state=Done`, `reason=""`, `currentConfig=<hash>`, `desiredDrain=uncordon-<hash>`
+  (also with no drain, as the MCD: the upgrader counts a node done only when the drain
+  annotations agree);
+- any failure: `state=Degraded` and the reason, never `Unreconcilable`: the upgrader looks for
+  nothing else (inplaceupgrader.go:224) and would wait on an Unreconcilable node for ever.
+
+The same core plans (live allowlist, refusals, image updates) and the same engine and journal act.
+No MachineConfig, pool, ControllerConfig or MachineConfigNode exists in a hosted cluster, and
+`currentImage`/`desiredImage`/`post-config-action` are not written.
+
+A refused payload halts the whole NodePool (the upgrader stops at a Degraded node before it
+writes the next target's ConfigMap), so a refusal could never see the fix. Every
+`refused_retry` seconds the agent therefore lifts its Degraded for `probe_window` seconds
+(`state=Working`, the refusal still in `reason`): the upgrader's next reconcile then publishes a
+new target, if there is one, and moves this node to it (`getAlreadyUnavailableCandidates`). A
+refused node has not been drained or staged, and nodes picked meanwhile refuse the same payload
+the same way, so the window disrupts nothing. A node that failed after it was disrupted (a
+rollback) keeps Degraded: the halt is what keeps the next node from taking the same image."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
+
+from agent.cluster import annotations as A
+from agent.cluster.agent import Unusable, parsed
+from agent.cluster.drain import DrainTimeout
+from agent.cluster.events import EventRecorder
+from agent.cluster.kube import TRANSIENT, Kube, KubeError, node_path
+from agent.cluster.prestager import PrestageOptions, Prestager
+from agent.cluster.watch import ObjectWatch
+from agent.core.desired import Desired
+from agent.core.plan import IMAGE_BUILD_HINT
+from agent.core.policy import Allowlist
+from agent.errors import HostError, InputError, describe_fault, fault_frames
+from agent.host.ports import Host, Progress
+from agent.hypershift.target import NodePoolTarget
+from agent.model.hypershift import (
+    MC_CONTENT_PATH,
+    MCD_CURRENT_CONFIG,
+    NODEPOOL_LABEL,
+    Payload,
+    named_document,
+    payload_from_configmap,
+    upgrade_objects,
+)
+from agent.model.imageref import parse_image_ref
+from agent.model.machineconfig import parse_machine_config
+from agent.observe.http import StatusBoard
+from agent.update.engine import DEGRADED, REBOOTING, Engine, Hooks, Outcome
+from agent.update.journal import IN_FLIGHT
+
+_RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
+NODEPOOL_HINT = (
+    "these changes are image content: build an OS image that carries this config and name it, "
+    "pinned by digest, as spec.osImageURL of a MachineConfig in the NodePool's spec.config"
+)
+
+
+@dataclass
+class HypershiftOptions:
+    node_name: str
+    upgrade_namespace: str | None = None  # default: `<np>-upgrade`, np from the Node's label
+    upgrade_configmap: str | None = None
+    drain_timeout: float = 3600.0
+    dry_run: bool = False
+    max_boot_attempts: int = 1
+    soft_reboot: bool = False
+    refused_retry: float = 60.0
+    probe_window: float = 5.0
+    prestage: PrestageOptions = field(default_factory=PrestageOptions)
+
+
+class HypershiftAgent:
+    def __init__(self, node_api: Kube, host: Host, allowlist: Allowlist,
+                 options: HypershiftOptions, board: StatusBoard | None = None) -> None:  # fmt: skip
+        self.board = board or StatusBoard()
+        self.api, self.host, self.allowlist, self.options = node_api, host, allowlist, options
+        self.name = options.node_name
+        self.wakeup = asyncio.Event()
+        self.node = ObjectWatch(node_api, "/api/v1/nodes", self.name, on_change=self._changed)
+        self.configmap: ObjectWatch | None = None
+        self._configmap_task: asyncio.Task[None] | None = None
+        self.events = EventRecorder(node_api, self.name)
+        hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
+                      notice=self.board.metrics.notice)  # fmt: skip
+        self.engine = Engine(host, policy=allowlist.policy, hooks=hooks,
+                             max_boot_attempts=options.max_boot_attempts,
+                             soft_reboot=options.soft_reboot)  # fmt: skip
+        self.prestager: Prestager | None = None
+        if options.prestage.mode == "pool" and not options.dry_run:
+            source = NodePoolTarget(lambda: self.configmap, self._desired)
+            self.prestager = Prestager(self.node, self.engine, self.events, self.board.metrics,
+                                       source, options.prestage)  # fmt: skip
+        counter = node_api.counter
+        metric = self.board.metrics.api_requests
+        metric.labels("node-get").set_function(lambda: counter.reads)
+        metric.labels("node-write").set_function(lambda: counter.writes)
+        self._refused: str | None = None  # the target hash of a refusal that holds the NodePool
+        self._retrying: str | None = None  # the Desired.key of an update failed retryably
+        self._progress_at = 0.0
+        self._progress_task: asyncio.Task[None] | None = None
+        self.log = structlog.get_logger("hypershift").bind(node=self.name)
+
+    def _changed(self) -> None:
+        self.wakeup.set()
+        if self.prestager is not None:
+            self.prestager.poke()
+
+    # -- writing the Node --------------------------------------------------------------------
+    async def patch_node(self, values: dict[str, str | None]) -> None:
+        """A merge patch of the own Node's annotations, retried on conflicts and faults."""
+        if self.options.dry_run:
+            self.log.info("dry run: would patch node", annotations=values)
+            return
+
+        def retryable(exc: BaseException) -> bool:
+            return isinstance(exc, TRANSIENT) or (
+                isinstance(exc, KubeError) and (exc.conflict or exc.status >= 500)
+            )
+
+        body = A.annotations_patch(values)
+        async for attempt in AsyncRetrying(retry=retry_if_exception(retryable),
+                                           wait=wait_random(0.01, 0.2),
+                                           stop=stop_after_attempt(8), reraise=True):  # fmt: skip
+            with attempt:
+                await self.node.observe(await self.api.patch(node_path(self.name), body))
+
+    async def _set(self, **values: str | None) -> None:
+        """Write only what the Node does not already say (every write wakes the loop)."""
+        node = A.NodeView.of(self.node.obj or {})
+        wanted = {A.PREFIX + key: value for key, value in values.items()}
+        if A.PREFIX + "reason" in wanted and wanted[A.PREFIX + "reason"]:
+            wanted[A.PREFIX + "reason"] = A.truncate(wanted[A.PREFIX + "reason"] or "")
+        if any(node.annotations.get(k) != v for k, v in wanted.items()):
+            await self.patch_node(wanted)
+
+    async def _degraded(self, reason: str, **extra: str | None) -> None:
+        await self._set(state=DEGRADED, reason=reason, **extra)
+
+    def _on_progress(self, progress: Progress) -> None:
+        """Staging progress into `reason`, at most every 5 s, never two writes in flight."""
+        self.board.metrics.record_progress(progress)
+        now = asyncio.get_running_loop().time()
+        busy = self._progress_task is not None and not self._progress_task.done()
+        if busy or now - self._progress_at < 5.0 or self.options.dry_run:
+            return
+        self._progress_at = now
+        self._progress_task = asyncio.create_task(self._report_staging(progress.render()))
+
+    async def _report_staging(self, reason: str) -> None:
+        try:
+            await self._set(state="Working", reason=reason)
+        except (KubeError, *TRANSIENT) as exc:
+            self.log.warning("staging progress not reported", error=str(exc))
+
+    # -- the upgrade ConfigMap ---------------------------------------------------------------
+    def _configmap_location(self) -> tuple[str, str]:
+        """From the flags, else from the Node's NodePool label (the HCCO keeps it in sync)."""
+        namespace, name = self.options.upgrade_namespace, self.options.upgrade_configmap
+        if namespace and name:
+            return namespace, name
+        labels = ((self.node.obj or {}).get("metadata") or {}).get("labels") or {}
+        nodepool = labels.get(NODEPOOL_LABEL)
+        if not nodepool:
+            raise Unusable(InputError(
+                f"no label {NODEPOOL_LABEL}: pass --upgrade-namespace and --upgrade-configmap",
+                source=f"node {self.name}", field="metadata.labels",
+            ))  # fmt: skip
+        default_namespace, default_name = upgrade_objects(nodepool)
+        return namespace or default_namespace, name or default_name
+
+    def _follow_configmap(self) -> ObjectWatch:
+        namespace, name = self._configmap_location()
+        collection = f"/api/v1/namespaces/{namespace}/configmaps"
+        watch = self.configmap
+        if watch is None or (watch.collection, watch.name) != (collection, name):
+            if self._configmap_task is not None:
+                self._configmap_task.cancel()
+            watch = ObjectWatch(self.api, collection, name, on_change=self._changed)
+            self.configmap, self._configmap_task = watch, asyncio.create_task(watch.run())
+            self.log.info("following the NodePool's upgrade ConfigMap", namespace=namespace,
+                          configmap=name)  # fmt: skip
+            self._changed()  # the pre-stager may now see a target
+        return watch
+
+    def _desired(self, payload: Payload) -> Desired:
+        config = parse_machine_config(payload.document)
+        target = None
+        if config.os_image_url:
+            try:
+                target = parse_image_ref(config.os_image_url)
+            except InputError as exc:
+                raise InputError(exc.message, field="data.config: spec.osImageURL") from None
+        return Desired(config, payload.document, target)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Until cancelled; returns 3 when a simulated reboot ends the process."""
+        node_task = asyncio.create_task(self.node.run())
+        prestage_task: asyncio.Task[None] | None = None
+        try:
+            await self.node.synced.wait()
+            if self.prestager is not None:
+                prestage_task = asyncio.create_task(self.prestager.run())
+            failures = 0
+            while True:
+                self.wakeup.clear()
+                outcome = await self._pass()
+                self._publish(outcome)
+                if outcome is not None and outcome.state == REBOOTING:
+                    if self.host.reboot_ends_process:
+                        return 3
+                    await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
+                timeout = None
+                if outcome is not None and outcome.retryable:
+                    timeout = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
+                    failures += 1
+                else:
+                    failures = 0
+                    if self._refused is not None:
+                        timeout = self.options.refused_retry
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self.wakeup.wait()
+                except TimeoutError:
+                    if self._refused is not None and not failures:
+                        await self._probe(self._refused)
+        finally:
+            tasks = [t for t in (node_task, prestage_task, self._configmap_task) if t]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _probe(self, refused: str) -> None:
+        """Lift the Degraded a refusal holds for `probe_window` s so that the upgrader can
+        publish a new target (see the module's docstring); a new desiredConfig ends it early."""
+        node = A.NodeView.of(self.node.obj or {})
+        if node.get(A.STATE) != DEGRADED or node.desired_config != refused:
+            return
+        cause = node.get(A.REASON) or ""
+        self.log.info("refusal holds the NodePool; looking for a new target", config=refused)
+        with contextlib.suppress(KubeError, *TRANSIENT):
+            await self._set(state="Working", reason=f"looking for a new NodePool target; {cause}")
+            with contextlib.suppress(TimeoutError):
+                await self.node.wait_for(
+                    lambda obj: A.NodeView.of(obj or {}).desired_config != refused,
+                    self.options.probe_window,
+                )
+
+    async def _pass(self) -> Outcome | None:
+        try:
+            return await self.sync()
+        except (KubeError, *TRANSIENT) as exc:
+            self.log.warning("sync failed; retrying", error=str(exc))
+            return Outcome(DEGRADED, str(exc), retryable=True)
+        except HostError as exc:
+            reason = f"host error ({exc.kind}): {exc}"
+            self.log.warning("sync failed; retrying", error=reason)
+        except InputError as exc:
+            reason = f"cannot use {exc}"
+            self.log.warning("sync failed; retrying", error=reason)
+        except Exception as exc:  # a bug, or a parser's crash nobody foresaw: report, retry
+            reason = f"unexpected error: {describe_fault(exc)}"
+            self.log.error("sync failed; retrying", error=reason, traceback=fault_frames(exc))
+        with contextlib.suppress(KubeError, *TRANSIENT):
+            await self._degraded(reason)
+        return Outcome(DEGRADED, reason, retryable=True)
+
+    def _publish(self, outcome: Outcome | None) -> None:
+        node = A.NodeView.of(self.node.obj or {})
+        try:
+            phase, prestaged = str(self.engine.journal.load().phase), self.engine.prestaged()
+        except HostError:
+            phase, prestaged = "unknown", None
+        self.board.publish({
+            "source": "hypershift",
+            "state": node.get(A.STATE) or (outcome.state if outcome else ""),
+            "reason": node.get(A.REASON) or "",
+            "phase": phase,
+            "currentConfig": node.get(A.CURRENT_CONFIG),
+            "desiredConfig": node.desired_config,
+            "upgradeConfigMap": self._configmap_name(),
+            "prestaged": prestaged,
+        })  # fmt: skip
+
+    def _configmap_name(self) -> str | None:
+        watch = self.configmap
+        if watch is None:
+            return None
+        return f"{watch.collection.split('/')[4]}/{watch.name}"
+
+    # -- one pass ----------------------------------------------------------------------------
+    async def sync(self) -> Outcome | None:
+        try:
+            return await self._sync()
+        except Unusable as exc:
+            reason = f"cannot use {exc.error}"
+            self.log.warning("input not usable", reason=reason)
+            await self._degraded(reason)
+            return Outcome(DEGRADED, reason, retryable=not exc.watched)
+
+    async def _sync(self) -> Outcome | None:
+        if self.node.obj is None:
+            self.log.warning("own Node not found; waiting for it")
+            return None
+        node = A.NodeView.of(self.node.obj)
+        self.events.node_uid = node.uid
+        watch = self._follow_configmap()
+        desired_hash, current_hash = node.desired_config, node.get(A.CURRENT_CONFIG)
+        journal = self.engine.journal.load()
+        if desired_hash is None or (
+            desired_hash == current_hash and journal.phase not in IN_FLIGHT
+        ):
+            self._refused = None
+            return None  # nothing asked, or done: the upgrader reads these annotations
+        await watch.synced.wait()
+        configmap = watch.obj
+        published = ((configmap or {}).get("data") or {}).get("hash")
+        if published != desired_hash:
+            # The upgrader writes the ConfigMap before desiredConfig; a kubelet-mounted copy
+            # lags (the MCD may apply a stale payload then): never act on another target.
+            self.log.info("waiting for the payload of the desired config", desired=desired_hash,
+                          published=published)  # fmt: skip
+            return None
+        what = f"configmap {self._configmap_name()}"
+        try:
+            desired = self._desired(parsed(what, payload_from_configmap, configmap))
+        except InputError as exc:
+            raise Unusable(exc.located(what) if not exc.source else exc) from None
+        await self._adopt_current(current_hash)
+        if self.options.dry_run:
+            outcome = await self.engine.reconcile(desired, dry_run=True)
+            self.log.info("dry run", plan=outcome.plan.to_json() if outcome.plan else None)
+            return None
+        paused = self.prestager.paused() if self.prestager else contextlib.nullcontext()
+        async with paused:  # a pre-stage never runs beside the update (bootc's one lock)
+            return await self._update(node, desired_hash, desired)
+
+    async def _update(self, node: A.NodeView, config_hash: str, desired: Desired) -> Outcome:
+        journal = self.engine.journal.load()
+        stuck = journal.update_key == desired.key and str(journal.phase) in (
+            "degraded",
+            "unreconcilable",
+        )
+        retry, self._retrying = self._retrying == desired.key, None
+        if not stuck and not retry and node.get(A.STATE) != "Working":
+            await self._set(state="Working", reason="")
+        try:
+            outcome = await self.engine.reconcile(desired)
+        except DrainTimeout as exc:
+            self._retrying = desired.key
+            self.log.warning("update failed; retrying", error=str(exc))
+            await self._degraded(str(exc))
+            await self.events.emit("FailedToDrain", str(exc), warning=True)
+            return Outcome(DEGRADED, str(exc), retryable=True)
+        except HostError as exc:
+            self._retrying = desired.key
+            reason = f"host error ({exc.kind}): {exc}"
+            self.log.warning("update failed; retrying", error=reason)
+            await self._degraded(reason)
+            return Outcome(DEGRADED, reason, retryable=True)
+        await self._report(config_hash, desired, outcome)
+        if outcome.state == DEGRADED and outcome.retryable:
+            self._retrying = desired.key
+        return outcome
+
+    async def _report(self, config_hash: str, desired: Desired, outcome: Outcome) -> None:
+        self._refused = None
+        match outcome.state:
+            case "Done":
+                if outcome.plan is not None and outcome.plan.verdict == "live":
+                    await self.events.emit("SkipReboot", f"Config changes to {config_hash} "
+                                           "applied live; no reboot or drain needed")  # fmt: skip
+                await self.events.emit("NodeDone", f"Setting node {self.name}, currentConfig "
+                                       f"{config_hash} to Done")  # fmt: skip
+                await self._set(state="Done", reason="", currentConfig=config_hash,
+                                desiredDrain=f"uncordon-{config_hash}")  # fmt: skip
+            case "Unreconcilable":
+                reason = refusal_reason(config_hash, outcome.reason)
+                self._refused = config_hash
+                await self.events.emit("FailedToReconcile", reason, warning=True)
+                await self._degraded(reason)
+            case "Degraded":
+                extra: dict[str, str | None] = {}
+                drained = A.NodeView.of(self.node.obj or {}).get(A.DESIRED_DRAIN) or ""
+                # Rolled back or fell back: the node runs its last good image again and gets
+                # its workloads back. Not when the rollback failed (the reason says so).
+                if (
+                    drained.startswith("drain-")
+                    and not outcome.retryable
+                    and not await self._still_on(desired)
+                ):
+                    extra["desiredDrain"] = f"uncordon-{config_hash}"
+                await self.events.emit("FailedToReconcile", outcome.reason, warning=True)
+                await self._degraded(outcome.reason, **extra)
+            case _:
+                pass  # Rebooting: the drain was asked for before the reboot
+
+    async def _still_on(self, desired: Desired) -> bool:
+        if desired.target is None:
+            return False
+        try:
+            return (await self.host.bootc.status()).booted_digest == desired.target.digest
+        except HostError as exc:
+            self.log.warning("bootc status failed; the node stays cordoned", error=str(exc))
+            return True
+
+    async def _before_reboot(self, desired: Desired) -> None:
+        """After staging, before the reboot: ask the drainer, as the MCD does in this mode,
+        and wait for its acknowledgement."""
+        config_hash = desired.config.name
+        request = f"drain-{config_hash}"
+        await self.events.emit("OSUpdateStaged", f"Changes to OS staged: {desired.target}")
+        await self.events.emit("Drain", f"Draining node to update config {config_hash}")
+        node = A.NodeView.of(self.node.obj or {})
+        if node.get(A.LAST_APPLIED_DRAIN) != request:
+            await self._set(state="Working", reason="", desiredDrain=request)
+            try:
+                await self.node.wait_for(
+                    lambda obj: A.NodeView.of(obj or {}).get(A.LAST_APPLIED_DRAIN) == request,
+                    self.options.drain_timeout,
+                )
+            except TimeoutError:
+                raise DrainTimeout(f"failed to drain node: no acknowledgement of {request} "
+                                   f"after {self.options.drain_timeout:g}s") from None  # fmt: skip
+        await self.events.emit("Reboot", f"Node will reboot into config {config_hash}")
+
+    # -- the current config ------------------------------------------------------------------
+    async def _adopt_current(self, current_hash: str | None) -> None:
+        """With nothing recorded on the host yet, the baseline is what the MCD would read: its
+        `/etc/mcd-currentconfig.json` (a node it updated in place), else the MachineConfig
+        Ignition wrote at provisioning. Never the first-boot node-annotations.json: it names a
+        rendered config, not a config-version hash (reference §4)."""
+        if self.engine.current_config() is not None:
+            return
+        for path in (MCD_CURRENT_CONFIG, MC_CONTENT_PATH):
+            raw = await asyncio.to_thread(self.host.files.read, path)
+            if raw is None:
+                continue
+            name = current_hash or "provisioned"
+            try:
+                document = parsed(path, named_document, raw, name)
+            except InputError as exc:
+                raise Unusable(exc.located(path), watched=False) from None
+            self.engine.adopt_current(document)
+            self.log.info("current config adopted", path=path, name=name)
+            return
+        self.log.warning("no current config on the host; first start plans from none",
+                         looked_in=[MCD_CURRENT_CONFIG, MC_CONTENT_PATH])  # fmt: skip
+
+
+def refusal_reason(config_hash: str, reason: str) -> str:
+    """A refusal as the NodePool's operator must read it (the upgrader copies it into the
+    MachineSet's `nodePoolUpgradeInProgressFalse` and the NodePool's condition)."""
+    parts = [part for part in reason.split("; ") if part and part != IMAGE_BUILD_HINT]
+    hint = NODEPOOL_HINT if IMAGE_BUILD_HINT in reason else ""
+    return "; ".join([f"NodePool config {config_hash} cannot be applied in place", *parts,
+                      *([hint] if hint else [])])  # fmt: skip

@@ -143,8 +143,9 @@ class HypershiftAgent:
         """Write only what the Node does not already say (every write wakes the loop)."""
         node = A.NodeView.of(self.node.obj or {})
         wanted = {A.PREFIX + key: value for key, value in values.items()}
-        if A.PREFIX + "reason" in wanted and wanted[A.PREFIX + "reason"]:
-            wanted[A.PREFIX + "reason"] = A.truncate(wanted[A.PREFIX + "reason"] or "")
+        reason = wanted.get(A.REASON)
+        if reason:
+            wanted[A.REASON] = A.truncate(reason)
         if any(node.annotations.get(k) != v for k, v in wanted.items()):
             await self.patch_node(wanted)
 
@@ -326,6 +327,14 @@ class HypershiftAgent:
             desired_hash == current_hash and journal.phase not in IN_FLIGHT
         ):
             self._refused = None
+            if node.get(A.STATE) == DEGRADED and str(journal.phase) == "idle":
+                # What made it Degraded (a Node, a ConfigMap, a host file) is fixed and nothing
+                # is asked: the Node says again what it said before (a Node never updated in
+                # place had no state at all).
+                if current_hash is None:
+                    await self._set(state=None, reason=None)
+                else:
+                    await self._set(state="Done", reason="")
             return None  # nothing asked, or done: the upgrader reads these annotations
         await watch.synced.wait()
         configmap = watch.obj

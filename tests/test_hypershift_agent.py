@@ -191,7 +191,7 @@ class Hosted:
             if a.get("desiredDrain") and a["desiredDrain"] != a.get("lastAppliedDrain"):
                 self.drains.append(a["desiredDrain"])
                 cordon = a["desiredDrain"].startswith("drain-")
-                self.kube.mutate("Node", NODE, lambda n, c=cordon: n["spec"].update(
+                self.kube.mutate("Node", NODE, lambda n, c=cordon: n.setdefault("spec", {}).update(
                     unschedulable=c or None))  # fmt: skip
                 self.kube.patch_annotations("Node", NODE, {P + "lastAppliedDrain":
                                                            a["desiredDrain"]})  # fmt: skip
@@ -419,8 +419,8 @@ async def test_a_drain_never_acknowledged_is_degraded_with_failed_to_drain_and_n
     assert hosted.reboots() == 1
 
 
-class Killed(Exception):
-    pass
+class Killed(BaseException):
+    """Not an Exception: nothing in the agent catches it, as nothing outlives a SIGKILL."""
 
 
 @pytest.mark.parametrize("kind", ["live", "image"])
@@ -436,6 +436,7 @@ async def test_killed_at_every_journaled_step_converges_with_one_reboot_at_most(
         kube = FakeKube(bookmark_interval=0.5)
         await kube.start()
         base = tmp_path / f"run-{index}"
+        base.mkdir()
         kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         kube.put({"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": NODE, "labels": {"hypershift.openshift.io/nodePool": "np"}}})  # fmt: skip

@@ -265,6 +265,9 @@ async def test_live_only_payload_one_done_patch_no_drain_no_reboot(hosted: Hoste
                    for k in p)  # fmt: skip
     ssh = hosted.sim.root / "var/home/core/.ssh/authorized_keys.d/ignition"
     assert ssh.read_text() == keys[0] + "\n"
+    # The MCD's record of what the node runs, for an MCD started here later.
+    record = json.loads((hosted.sim.root / "etc/mcd-currentconfig.json").read_text())
+    assert record["spec"]["config"]["passwd"]["users"][0]["sshAuthorizedKeys"] == keys
 
 
 async def test_image_payload_asks_for_a_drain_reboots_once_and_reports_done(

@@ -46,6 +46,7 @@ from agent.core.desired import Desired
 from agent.core.plan import IMAGE_BUILD_HINT
 from agent.core.policy import Allowlist
 from agent.errors import HostError, InputError, describe_fault, fault_frames
+from agent.host.durable import write_atomic
 from agent.host.ports import Host, Progress
 from agent.hypershift.target import NodePoolTarget
 from agent.model.hypershift import (
@@ -396,6 +397,7 @@ class HypershiftAgent:
                                            "applied live; no reboot or drain needed")  # fmt: skip
                 await self.events.emit("NodeDone", f"Setting node {self.name}, currentConfig "
                                        f"{config_hash} to Done")  # fmt: skip
+                await self._record_for_the_mcd(desired)
                 await self._set(state="Done", reason="", currentConfig=config_hash,
                                 desiredDrain=f"uncordon-{config_hash}")  # fmt: skip
             case "Unreconcilable":
@@ -447,6 +449,18 @@ class HypershiftAgent:
                 raise DrainTimeout(f"failed to drain node: no acknowledgement of {request} "
                                    f"after {self.options.drain_timeout:g}s") from None  # fmt: skip
         await self.events.emit("Reboot", f"Node will reboot into config {config_hash}")
+
+    async def _record_for_the_mcd(self, desired: Desired) -> None:
+        """What the MCD writes after each update in this mode (update.go:1403-1475): the
+        applied MachineConfig as `/etc/mcd-currentconfig.json`, so that an MCD pod started on
+        this node later (the way back) diffs from what the node runs."""
+        if self.options.dry_run:
+            return
+        path = self.host.root / MCD_CURRENT_CONFIG.lstrip("/")
+        try:
+            await asyncio.to_thread(write_atomic, path, desired.document, 0o644)
+        except OSError as exc:
+            raise HostError(f"cannot write {MCD_CURRENT_CONFIG}: {exc.strerror}") from None
 
     # -- the current config ------------------------------------------------------------------
     async def _adopt_current(self, current_hash: str | None) -> None:

@@ -1,7 +1,10 @@
 """deploy/ as an operator applies it, on the real kube-apiserver from the kit: every object of
 every deploy/*.yaml is accepted by the server (server-side apply, dry run: admission and
 validation run, nothing is stored), and the MachineConfigNode guard of deploy/admission.yaml,
-created for real, lets a token bound to a pod on node A write MachineConfigNode A only."""
+created for real, lets a token bound to a pod on node A write MachineConfigNode A only. Then
+deploy/hypershift/*.yaml for NodePool `np`, created for real: the kubelet's identity reads the
+upgrade ConfigMap by name and by a list and a watch narrowed to it (resourceNames), nothing
+else there; the MCD pod is refused in np-upgrade only."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ pytestmark = pytest.mark.asyncio
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
+HCP = DEPLOY / "hypershift"
 MCN = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 
@@ -46,6 +50,7 @@ async def test_deploy_manifests_on_real_apiserver(
         figures.append(f"deploy manifests: cluster up + dry run of every object {dry:.1f} s; "
                        f"MachineConfigNode guard effective {effective:.1f} s after "
                        "its creation")  # fmt: skip
+        await _hypershift_enforced(cluster)
     finally:
         await cluster.down()
 
@@ -198,3 +203,68 @@ async def _guard_enforced(cluster: KitCluster) -> float:
     warnings = (policy.get("status", {}).get("typeChecking") or {}).get("expressionWarnings")
     assert not warnings, warnings
     return effective
+
+
+async def _hypershift_enforced(cluster: KitCluster) -> None:
+    """deploy/hypershift/ with NODEPOOL replaced by `np`, as its headers tell the operator."""
+    for ns in ("np-upgrade", "other-upgrade"):
+        await put_object(cluster, {"apiVersion": "v1", "kind": "Namespace",
+                                   "metadata": {"name": ns}})  # fmt: skip
+        # Pods need it, and no controller makes it here.
+        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+        await cluster.call("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", sa)
+    for name in ("np-upgrade", "other"):
+        meta = {"name": name, "namespace": "np-upgrade"}
+        await put_object(cluster, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                                   "data": {"hash": "1"}})  # fmt: skip
+    for name in ("rbac.yaml", "admission.yaml"):
+        text = (HCP / name).read_text().replace("NODEPOOL", "np")
+        await asyncio.to_thread(cluster.kubectl, "apply", "-f", "-", stdin=text)
+
+    def as_node(path: str) -> str:
+        return cluster.kubectl("get", "--raw", path,
+                               kubeconfig=cluster.node_kubeconfig("worker-0"))  # fmt: skip
+
+    cms = "/api/v1/namespaces/np-upgrade/configmaps"
+    named = f"{cms}?fieldSelector=metadata.name%3Dnp-upgrade"
+    deadline = time.monotonic() + 30
+    while True:  # RBAC and the policy plugin pick new objects up from informers
+        try:
+            await asyncio.to_thread(as_node, f"{cms}/np-upgrade")
+            break
+        except RuntimeError:
+            assert time.monotonic() < deadline, "the Role never took effect"
+            await asyncio.sleep(0.2)
+    assert len(json.loads(await asyncio.to_thread(as_node, named))["items"]) == 1
+    watched = await asyncio.to_thread(as_node, named + "&watch=1&timeoutSeconds=1")
+    assert '"ADDED"' in watched and '"np-upgrade"' in watched, watched
+    for path in (cms, f"{cms}/other", f"{cms}?fieldSelector=metadata.name%3Dother",
+                 "/api/v1/namespaces/other-upgrade/configmaps"):  # fmt: skip
+        with pytest.raises(RuntimeError, match="Forbidden"):
+            await asyncio.to_thread(as_node, path)
+
+    def pod(name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": "quay.example/mco:t"}]}}  # fmt: skip
+
+    mcd = "machine-config-daemon-worker-0"
+    while True:
+        status, answer = await cluster.request("POST", "/api/v1/namespaces/np-upgrade/pods",
+                                               pod(mcd))  # fmt: skip
+        if status != 201:
+            break
+        await cluster.call("DELETE", f"/api/v1/namespaces/np-upgrade/pods/{mcd}"
+                           "?gracePeriodSeconds=0")  # fmt: skip
+        assert time.monotonic() < deadline, "the policy never took effect"
+        await asyncio.sleep(0.2)
+    assert status == 403, answer
+    assert "ValidatingAdmissionPolicy 'image-mode-agent-no-mcd-pod'" in answer["message"]
+    assert f"no pod {mcd} in np-upgrade;" in answer["message"], answer
+    for ns, name in (("np-upgrade", "debug"), ("other-upgrade", mcd)):
+        status, answer = await cluster.request("POST", f"/api/v1/namespaces/{ns}/pods", pod(name))
+        assert status == 201, (ns, name, answer)
+    vap = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    policy = await cluster.get(f"{vap}/image-mode-agent-no-mcd-pod")
+    assert policy is not None
+    warnings = (policy.get("status", {}).get("typeChecking") or {}).get("expressionWarnings")
+    assert not warnings, warnings

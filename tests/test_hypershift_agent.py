@@ -415,8 +415,13 @@ async def test_a_drain_never_acknowledged_is_degraded_with_failed_to_drain_and_n
     assert degraded["reason"] == ("failed to drain node: no acknowledgement of drain-00006666 "
                                   "after 0.5s")  # fmt: skip
     assert hosted.reboots() == 0
-    events = hosted.kube.list("events", "default", None, None)
-    assert any(e["reason"] == "FailedToDrain" for e in events)
+    for _ in range(100):  # the Event follows the annotation
+        if any(e["reason"] == "FailedToDrain"
+               for e in hosted.kube.list("events", "default", None, None)):  # fmt: skip
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("no FailedToDrain Event")
     hosted._tasks.append(asyncio.create_task(hosted._drainer()))  # the drainer is back
     await hosted.until(lambda a: a.get("currentConfig") == "00006666", timeout=30)
     assert hosted.reboots() == 1

@@ -231,6 +231,11 @@ def test_config_hash_is_fnv32a_of_the_ignition_and_the_release_as_hcp_target() -
     raw = hp.ignition_bytes(mc("r1"))
     assert hp.config_hash(raw, "4.22.0-0.kit") == hp.fnv32a(raw + b"\0" + b"4.22.0-0.kit")
     assert hp.config_hash(raw, "4.22.0-0.kit") != hp.config_hash(raw, "4.22.1-0.kit")
+    # A target given as bytes, as a payload or as a MachineConfig is the same Ignition.
+    forms = (raw, hp.encode_ignition(raw), mc("r1"))
+    assert {hp.target_ignition(form) for form in forms} == {raw}
+    with pytest.raises(ValueError, match="not an Ignition config"):
+        hp.target_ignition(b'{"kind": "MachineConfig"}')
 
 
 # -- the pure rules ---------------------------------------------------------------------------

@@ -216,10 +216,24 @@ class HostedPool:
         return next(iter(self.nodes.values())).images
 
     @property
-    def upgrader(self) -> InPlaceUpgrader:
-        """The upgrader stand-in (StandInHosted only)."""
+    def standin(self) -> StandInHosted:
+        """The stand-in backend, for what only it can do (faults on its API server, pausing
+        its controllers)."""
         assert isinstance(self.backend, StandInHosted), "only the stand-ins run in-process"
-        return self.backend.upgraders[self.nodepool]
+        return self.backend
+
+    @property
+    def kube(self) -> FakeKube:
+        return self.standin.kube
+
+    @property
+    def upgrader(self) -> InPlaceUpgrader:
+        return self.standin.upgraders[self.nodepool]
+
+    @property
+    def drainer(self) -> Drainer:
+        assert self.standin.drainer is not None
+        return self.standin.drainer
 
     def kubeconfig(self, node: str) -> Path:
         return self.backend.node_kubeconfig(self.nodepool, node)

@@ -132,6 +132,24 @@ def ignition_files(ign: dict[str, Any]) -> dict[str, bytes]:
     return out
 
 
+def target_ignition(config: bytes | str | dict[str, Any]) -> bytes:
+    """The Ignition bytes of a target given as `hcp-target` takes it (Ignition JSON bytes, its
+    FILE), as a payload (base64 of gzip), or as a dict: an Ignition config, or a MachineConfig
+    encoded as the MCS serves it. ValueError when it is no Ignition config."""
+    if isinstance(config, str):
+        raw = payload_ignition_bytes(config)
+    elif isinstance(config, dict):
+        raw = (json.dumps(config, sort_keys=True).encode() if "ignition" in config
+               else ignition_bytes(config))  # fmt: skip
+    else:
+        raw = config
+    doc = json.loads(raw)
+    if not (isinstance(doc, dict) and isinstance(doc.get("ignition"), dict)
+            and doc["ignition"].get("version")):  # fmt: skip
+        raise ValueError("not an Ignition config (JSON with ignition.version)")
+    return raw
+
+
 def payload_machine_config(payload: str) -> dict[str, Any]:
     """The MachineConfig a node's daemon takes from a payload (MCS_CONTENT)."""
     return json.loads(ignition_files(decode_payload(payload))[MCS_CONTENT])

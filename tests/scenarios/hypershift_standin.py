@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -53,8 +52,7 @@ from tests.scenarios.hypershift_payload import (
     config_hash,
     encode_ignition,
     fnv32a,
-    ignition_bytes,
-    payload_ignition_bytes,
+    target_ignition,
 )
 
 log = logging.getLogger(__name__)
@@ -342,24 +340,6 @@ def nodes_to_upgrade(nodes: list[dict[str, Any]], target: str,
     return [*available_candidates(nodes, target, free), *already_unavailable(nodes, target)]
 
 
-def _target_payload(config: bytes | str | dict[str, Any]) -> tuple[bytes, str]:
-    """(Ignition bytes, payload) of what `set_target` was given: Ignition JSON bytes (as
-    hcp-target reads its FILE), a payload (base64 of gzip), or a dict: an Ignition config, or a
-    MachineConfig encoded as the MCS serves it."""
-    if isinstance(config, str):
-        return payload_ignition_bytes(config), config
-    if isinstance(config, dict):
-        raw = (json.dumps(config, sort_keys=True).encode() if "ignition" in config
-               else ignition_bytes(config))  # fmt: skip
-    else:
-        raw = config
-    doc = json.loads(raw)
-    if not (isinstance(doc, dict) and isinstance(doc.get("ignition"), dict)
-            and doc["ignition"].get("version")):  # fmt: skip
-        raise ValueError("not an Ignition config (JSON with ignition.version)")
-    return raw, encode_ignition(raw)
-
-
 class InPlaceUpgrader:
     """HyperShift's `inplaceupgrader` for one HostedNodePool (module docstring). The MachineSet,
     its Machines and the token Secrets live in this object (`machineset`, `machines`,
@@ -456,10 +436,13 @@ class InPlaceUpgrader:
                    release_version: str | None = None,
                    release_image: str | None = None) -> str:  # fmt: skip
         """A new target config, as hcp-target writes it: the token Secret with the payload,
-        then the MachineSet's target config version. Returns the hash (default FNV-32a of
-        the Ignition bytes and the release version)."""
+        then the MachineSet's target config version. `config`: Ignition bytes, a payload or a
+        dict (hypershift_payload.target_ignition). Returns the hash (default FNV-32a of the
+        Ignition bytes and the release version)."""
         version = release_version or self.release_version
-        raw, payload = _target_payload(config)
+        raw = target_ignition(config)
+        # A payload is kept as given; anything else is compressed as hcp-target does.
+        payload = config if isinstance(config, str) else encode_ignition(raw)
         h = hash or config_hash(raw, version)
         name = f"token-{self.pool.name}-{h}"
         self.secrets[name] = TokenSecret(

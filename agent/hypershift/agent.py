@@ -242,7 +242,8 @@ class HypershiftAgent:
                     if self._refused is not None and not failures:
                         await self._probe(self._refused)
         finally:
-            tasks = [t for t in (node_task, prestage_task, self._configmap_task) if t]
+            tasks = [t for t in (node_task, prestage_task, self._configmap_task,
+                                 self._progress_task) if t]  # fmt: skip
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -392,14 +393,18 @@ class HypershiftAgent:
         self._refused = None
         match outcome.state:
             case "Done":
+                # What the engine committed: an update in flight when the upgrader moved this
+                # node to a newer target (getAlreadyUnavailableCandidates) finishes first, and
+                # is reported as what it is; the next pass takes the newer one.
+                done = outcome.current_config or config_hash
                 if outcome.plan is not None and outcome.plan.verdict == "live":
-                    await self.events.emit("SkipReboot", f"Config changes to {config_hash} "
-                                           "applied live; no reboot or drain needed")  # fmt: skip
+                    await self.events.emit("SkipReboot", f"Config changes to {done} applied "
+                                           "live; no reboot or drain needed")  # fmt: skip
                 await self.events.emit("NodeDone", f"Setting node {self.name}, currentConfig "
-                                       f"{config_hash} to Done")  # fmt: skip
-                await self._record_for_the_mcd(desired)
-                await self._set(state="Done", reason="", currentConfig=config_hash,
-                                desiredDrain=f"uncordon-{config_hash}")  # fmt: skip
+                                       f"{done} to Done")  # fmt: skip
+                await self._record_for_the_mcd()
+                await self._set(state="Done", reason="", currentConfig=done,
+                                desiredDrain=f"uncordon-{done}")  # fmt: skip
             case "Unreconcilable":
                 reason = refusal_reason(config_hash, outcome.reason)
                 self._refused = config_hash
@@ -450,15 +455,16 @@ class HypershiftAgent:
                                    f"after {self.options.drain_timeout:g}s") from None  # fmt: skip
         await self.events.emit("Reboot", f"Node will reboot into config {config_hash}")
 
-    async def _record_for_the_mcd(self, desired: Desired) -> None:
+    async def _record_for_the_mcd(self) -> None:
         """What the MCD writes after each update in this mode (update.go:1403-1475): the
         applied MachineConfig as `/etc/mcd-currentconfig.json`, so that an MCD pod started on
         this node later (the way back) diffs from what the node runs."""
-        if self.options.dry_run:
+        document = self.engine.configs.current_document()
+        if self.options.dry_run or document is None:
             return
         path = self.host.root / MCD_CURRENT_CONFIG.lstrip("/")
         try:
-            await asyncio.to_thread(write_atomic, path, desired.document, 0o644)
+            await asyncio.to_thread(write_atomic, path, document, 0o644)
         except OSError as exc:
             raise HostError(f"cannot write {MCD_CURRENT_CONFIG}: {exc.strerror}") from None
 

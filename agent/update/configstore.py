@@ -56,6 +56,10 @@ class ConfigStore:
     def current(self) -> MachineConfig | None:
         return self._read(self.current_path)
 
+    def current_document(self) -> bytes | None:
+        """The current config's bytes as recorded (None: none recorded yet)."""
+        return self._bytes(self.current_path)
+
     def pending(self) -> MachineConfig | None:
         return self._read(self.pending_path)
 

@@ -39,7 +39,8 @@ def sources(found: dict[str, peers.Found]) -> dict[str, str]:
 
 def test_kit_bin_comes_first_then_kit_then_envtest_then_path(tmp_path: Path) -> None:
     kit = fake_kit(tmp_path)
-    every = ("kube-apiserver", "etcd", "kubectl", "machine-config-controller")
+    every = ("kube-apiserver", "etcd", "kubectl", "machine-config-controller",
+             "hypershift-inplace")  # fmt: skip
     env = {
         "KIT_BIN": str(fake_bin(tmp_path / "kit-bin", *every)),
         "KUBEBUILDER_ASSETS": str(fake_bin(tmp_path / "envtest", *peers.CLUSTER)),
@@ -60,6 +61,7 @@ def test_kit_bin_comes_first_then_kit_then_envtest_then_path(tmp_path: Path) -> 
         "etcd": "KUBEBUILDER_ASSETS",
         "kubectl": "PATH",
         "machine-config-controller": "KIT_BIN",
+        "hypershift-inplace": "KIT_BIN",
     }
 
 
@@ -69,7 +71,8 @@ def test_envtest_assets_and_debian_packages_serve_a_cluster(tmp_path: Path) -> N
            "PATH": os.pathsep.join([str(tmp_path / "nothing"), str(debian)])}  # fmt: skip
     found = peers.find_all(env)
     assert sources(found) == {"kube-apiserver": "KUBEBUILDER_ASSETS", "etcd": "PATH",
-                              "kubectl": "PATH", "machine-config-controller": ""}  # fmt: skip
+                              "kubectl": "PATH", "machine-config-controller": "",
+                              "hypershift-inplace": ""}  # fmt: skip
     assert peers.why_not_run(found) is None
     assert peers.why_not_run(found, (peers.MCC,)) == (
         "no machine-config-controller: set KIT_BIN to a folder that also holds it"
@@ -77,10 +80,12 @@ def test_envtest_assets_and_debian_packages_serve_a_cluster(tmp_path: Path) -> N
 
 
 def test_only_etcd_and_kubectl_are_taken_from_path(tmp_path: Path) -> None:
-    every = ("kube-apiserver", "etcd", "kubectl", "machine-config-controller")
+    every = ("kube-apiserver", "etcd", "kubectl", "machine-config-controller",
+             "hypershift-inplace")  # fmt: skip
     found = peers.find_all({"PATH": str(fake_bin(tmp_path / "usr-bin", *every))})
     assert sources(found) == {"kube-apiserver": "", "etcd": "PATH", "kubectl": "PATH",
-                              "machine-config-controller": ""}  # fmt: skip
+                              "machine-config-controller": "",
+                              "hypershift-inplace": ""}  # fmt: skip
     assert peers.why_not_run(found) == "no kube-apiserver: set KIT_BIN or KUBEBUILDER_ASSETS"
 
 

@@ -3,10 +3,9 @@ hostedpool.py): the kit's `hypershift-inplace`, which `hcp-up` starts with the N
 objects and `hcp-target` drives, on one kit cluster. The HyperShift scenarios written against
 the stand-ins (`StandInHosted`) run on it unchanged.
 
-Not run in this workspace (no peer binaries). Before a test can use it, tests/conformance/
-peers.py must look up `hypershift-inplace` (HCP below) as it looks up the machine-config-
-controller, so that `link_into` puts it in the KIT_BIN folder and `peers(HCP)` can skip a test
-when nobody supplied it."""
+Not run in this workspace (no peer binaries): tests/conformance/peers.py looks up
+`hypershift-inplace` as it looks up the machine-config-controller, and a test marked
+`peers("hypershift-inplace")` is listed as not run when nobody supplied it."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from tests.scenarios.hostedpool import HostedBackend
 from tests.scenarios.hypershift_payload import target_ignition
 from tests.scenarios.hypershift_standin import CP_NAMESPACE
 
-HCP = "hypershift-inplace"
 CAPI_PATH = f"/apis/cluster.x-k8s.io/v1beta1/namespaces/{CP_NAMESPACE}"
 
 

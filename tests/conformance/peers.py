@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 APISERVER, ETCD, KUBECTL, MCC = "kube-apiserver", "etcd", "kubectl", "machine-config-controller"
+HCP = "hypershift-inplace"  # HyperShift's inplaceupgrader and drainer, started by hcp-up
 CLUSTER = (APISERVER, ETCD, KUBECTL)  # what every scenario needs: cluster-up
-ALL = (*CLUSTER, MCC)
+ALL = (*CLUSTER, MCC, HCP)
 ON_PATH = frozenset({ETCD, KUBECTL})
 IN_ENVTEST = frozenset(CLUSTER)
 
@@ -36,6 +37,7 @@ HOW_TO_SUPPLY = {
     ETCD: "set KIT_BIN or KUBEBUILDER_ASSETS, or put etcd on PATH (Debian: etcd-server)",
     KUBECTL: "set KIT_BIN or KUBEBUILDER_ASSETS, or put kubectl on PATH",
     MCC: "set KIT_BIN to a folder that also holds it",
+    HCP: "set KIT_BIN to a folder that also holds it",
 }
 
 

@@ -3,6 +3,10 @@ without it (`--prestage off`), in one run; or, with `--bootc`, pre-staged on eac
 
     python bench/rollout.py [--nodes 6] [--pull 20 ...] [--controller auto|real|standin]
     python bench/rollout.py --bootc 1.12.0 --bootc 1.16.9 --bootc 1.16.10 [--repeat 3]
+    python bench/rollout.py --hypershift [--nodes 6] [--pull 20] [--repeat 3]
+
+`--hypershift`: a hosted cluster's InPlace NodePool instead of a pool, on HyperShift's in-place
+upgrader (bench/nodepool_rollout.py says how).
 
 The pool is driven by the real machine-config-controller on the kit's kube-apiserver when the
 peer binaries were supplied (KIT_BIN with kube-apiserver, etcd, kubectl and
@@ -254,11 +258,30 @@ if __name__ == "__main__":
     parser.add_argument("--bootc", action="append", choices=PERSONAS,
                         help="pre-staged rollouts on this bootc release (repeatable; the last "
                         "one is the reference)")  # fmt: skip
+    parser.add_argument(
+        "--hypershift",
+        action="store_true",
+        help="a HyperShift InPlace NodePool instead (bench/nodepool_rollout.py)",
+    )
     parser.add_argument("--repeat", type=int, default=1,
                         help="rollouts per release (--bootc), the median is compared")  # fmt: skip
     options = parser.parse_args()
     os.environ.setdefault("IMAGE_MODE_AGENT_KIT", str(Path(__file__).resolve().parents[2]
                                                       / "shared/kit"))  # fmt: skip
+    if options.hypershift:
+        from bench.nodepool_rollout import main as nodepool_main
+
+        sys.exit(
+            asyncio.run(
+                nodepool_main(
+                    options.nodes,
+                    options.pull or [20.0],
+                    options.jitter,
+                    options.controller,
+                    max(1, options.repeat),
+                )
+            )
+        )
     sys.exit(asyncio.run(main(options.nodes, options.pull or [20.0], options.jitter,
                               options.controller, options.bootc or [],
                               max(1, options.repeat))))  # fmt: skip

@@ -225,7 +225,8 @@ class Prestager:
         try:
             desired = await self.source.desired(name)
         except InputError as exc:
-            self.log.warning("target not usable; not pre-staged", config=name, error=str(exc))
+            self.log.warning(f"{self.source.what} not usable; not pre-staged", config=name,
+                             error=str(exc))  # fmt: skip
             return
         if desired is None:
             return  # not published yet: its watch wakes us

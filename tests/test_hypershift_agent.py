@@ -427,6 +427,36 @@ async def test_a_drain_never_acknowledged_is_degraded_with_failed_to_drain_and_n
     assert hosted.reboots() == 1
 
 
+async def test_a_bad_image_is_rolled_back_uncordoned_and_holds_the_nodepool(
+    hosted: Hosted,
+) -> None:
+    hosted.options["prestage"] = PrestageOptions(mode="off")
+    hosted.start()
+    hosted.publish(machine_config("x", image=hosted.images["bad"], keys=INITIAL_KEYS), "00007777")
+    degraded = await hosted.until(
+        lambda a: a.get("state") == "Degraded" and a.get("lastAppliedDrain") == "uncordon-00007777"
+    )
+    assert degraded["reason"].startswith("rolled back to ")
+    assert "required health check failed" in degraded["reason"]
+    assert "currentConfig" not in degraded and hosted.reboots() == 2  # into it, and back
+    booted = hosted.sim.status_document()["status"]["booted"]["image"]["imageDigest"]
+    assert booted == hosted.images["v1"].split("@")[1]
+    assert not hosted.kube.get("Node", NODE)["spec"].get("unschedulable")
+    await asyncio.sleep(1.0)  # no retry of the failed digest: no third reboot, still Degraded
+    assert hosted.reboots() == 2 and hosted.annotations()["state"] == "Degraded"
+
+
+async def test_dry_run_plans_and_writes_nothing(hosted: Hosted) -> None:
+    hosted.options.update(dry_run=True)
+    hosted.start()
+    hosted.publish(machine_config("x", image=hosted.images["v2"], keys=["ssh-ed25519 D"]),
+                   "00008888")  # fmt: skip
+    await asyncio.sleep(1.5)
+    assert hosted.node_patches() == [] and hosted.reboots() == 0
+    assert not (hosted.sim.root / "var/lib/image-mode-agent/current-config").exists()
+    assert not any(a["kind"] == "bootc" for a in hosted.sim.actions())
+
+
 class Killed(BaseException):
     """Not an Exception: nothing in the agent catches it, as nothing outlives a SIGKILL."""
 

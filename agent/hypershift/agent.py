@@ -474,8 +474,8 @@ class HypershiftAgent:
         `/etc/mcd-currentconfig.json` (a node it updated in place), else the MachineConfig
         Ignition wrote at provisioning. Never the first-boot node-annotations.json: it names a
         rendered config, not a config-version hash (reference §4)."""
-        if self.engine.current_config() is not None:
-            return
+        if self.engine.current_config() is not None or self.options.dry_run:
+            return  # a dry run records nothing: it plans from what is recorded
         for path in (MCD_CURRENT_CONFIG, MC_CONTENT_PATH):
             raw = await asyncio.to_thread(self.host.files.read, path)
             if raw is None:

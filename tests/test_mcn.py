@@ -445,6 +445,45 @@ async def test_writer_creates_the_mcn_with_the_nodes_config_of_now(kube: FakeKub
         await w.client.close()
 
 
+async def test_writer_creates_the_mcn_from_the_server_when_the_watch_lags(kube: FakeKube) -> None:
+    """The agent's watch still shows the old desiredConfig when the object is created (the
+    watch lags under load): the create reads the Node from the server and takes its config."""
+    w = _Writer(kube, {ROLE + "worker": ""})
+    stale = kube.get("Node", N)  # the watch's copy, from before the controller's patch
+    node_client = ApiClient(kube.client_configuration(kube.node_identity(N)))
+    node_api = Kube(node_client)
+    w.writer = MachineConfigNodeWriter(
+        Kube(w.client), N, lambda: stale, settle=0.0,
+        read_node=lambda: node_api.get(f"/api/v1/nodes/{N}"),
+    )  # fmt: skip
+    try:
+        w.writer.record(M.needs_update(N))
+        kube.patch_annotations("Node", N, {P + "desiredConfig": "rendered-worker-3"})
+        assert await w.writer.flush()
+        obj = kube.get("MachineConfigNode", N)
+        assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-3"}
+    finally:
+        await w.client.close()
+        await node_client.close()
+
+
+async def test_writer_creates_from_the_watch_when_the_node_cannot_be_read(kube: FakeKube) -> None:
+    w = _Writer(kube, {ROLE + "worker": ""})
+    api = Kube(w.client)
+    w.writer = MachineConfigNodeWriter(
+        api, N, lambda: kube.get("Node", N), settle=0.0,
+        read_node=lambda: api.get(f"/api/v1/nodes/{N}"),
+    )  # fmt: skip
+    try:
+        kube.fail_requests(503, resource="nodes", times=-1)
+        w.writer.record(M.needs_update(N))
+        assert await w.writer.flush()
+        obj = kube.get("MachineConfigNode", N)
+        assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-2"}
+    finally:
+        await w.client.close()
+
+
 async def test_writer_merges_what_a_controller_wrote_meanwhile(kube: FakeKube) -> None:
     w = _Writer(kube, {ROLE + "worker": ""})
     try:

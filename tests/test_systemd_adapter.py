@@ -37,11 +37,20 @@ SYSTEMD_BIN = next(
     (p for p in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if os.path.exists(p)), None
 )
 # A tmpfs over /run/systemd exists only in the namespace; the host's /run is not touched.
+# The manager's namespace sees /etc through an overlay whose upper layer is a tmpfs: what its
+# units write there (a bind mount's mount point, say) stays out of this machine's /etc. The
+# overlay carries a host policy.json, as every bootc host has one.
 MANAGER_SCRIPT = """set -e
 mount -t tmpfs tmpfs /run/systemd
 mkdir -p /run/systemd/system
+scratch=$1
+mount -t tmpfs tmpfs "$scratch"
+mkdir -p "$scratch/upper/containers" "$scratch/work"
+printf '%s\\n' "$HOST_POLICY" > "$scratch/upper/containers/policy.json"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$scratch/upper,workdir=$scratch/work" /etc
 exec "$0" --user --log-target=console --log-level=notice
 """
+HOST_POLICY = '{"default": [{"type": "insecureAcceptAnything"}]}'
 
 
 @dataclass
@@ -86,12 +95,15 @@ def user_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UserManag
         "DBUS_SESSION_BUS_ADDRESS": f"unix:path={runtime}/bus",
         "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         "LANG": "C.UTF-8",
+        "HOST_POLICY": HOST_POLICY,
     }
+    (base / "etc-overlay").mkdir()
     for folder in ("home/.config/systemd/user", "home/.local/share/systemd/user"):
         (base / folder).mkdir(parents=True)
     log = open(base / "manager.log", "wb")  # noqa: SIM115 - lives as long as the manager
     proc = subprocess.Popen(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", MANAGER_SCRIPT, SYSTEMD_BIN],
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", MANAGER_SCRIPT, SYSTEMD_BIN,
+         str(base / "etc-overlay")],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     address = env["DBUS_SESSION_BUS_ADDRESS"]
@@ -549,8 +561,10 @@ async def test_a_stage_policy_is_mounted_for_the_stage_unit_only(
     """OpenShift's policy (default insecureAcceptAnything) cannot be enforced by bootc as it
     is: the stage unit sees the stage policy at /etc/containers/policy.json through its own
     read-only bind mount, and the host's file is untouched."""
-    host_policy = Path(POLICY_PATH)
-    before = host_policy.read_bytes() if host_policy.exists() else None
+    # The host's file as the manager (and every unit but the stage) sees it.
+    host_policy = Path(f"/proc/{user_manager.pid}/root") / POLICY_PATH.lstrip("/")
+    before = host_policy.read_bytes()
+    assert before == (HOST_POLICY + "\n").encode()
     stage_policy = b'{"default": [{"type": "reject"}]}\n'
     async with user_manager.client() as bus:
         bootc = standin.adapter(tmp_path, runner=bus)
@@ -560,6 +574,6 @@ async def test_a_stage_policy_is_mounted_for_the_stage_unit_only(
     (seen,) = [e for e in starts if e["argv"][0] == "switch"]
     assert "--enforce-container-sigpolicy" in seen["argv"]
     assert seen["policy"] == stage_policy.decode()
-    assert (host_policy.read_bytes() if host_policy.exists() else None) == before
+    assert host_policy.read_bytes() == before
     written = tmp_path / "run" / "image-mode-agent-stage.service.policy.json"
     assert written.stat().st_mode & 0o777 == 0o600

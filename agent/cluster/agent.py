@@ -120,8 +120,13 @@ class ClusterAgent:
                 self.node, self.patch_node, options.drain_timeout, options.uncordon_timeout
             )
         )
-        self.mcn = MachineConfigNodeWriter(api, self.name, lambda: self.node.obj,
-                                           enabled=not options.dry_run)  # fmt: skip
+        self.mcn = MachineConfigNodeWriter(
+            api,
+            self.name,
+            lambda: self.node.obj,
+            enabled=not options.dry_run,
+            read_node=lambda: node_api.get(node_path(self.name)),
+        )
         self.steps = PassSteps(self.mcn, lambda: A.NodeView.of(self.node.obj or {}))
         hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
                       notice=self.board.metrics.notice,

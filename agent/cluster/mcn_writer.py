@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -48,8 +48,10 @@ class MachineConfigNodeWriter:
         settle: float = 0.2,
         retry_interval: float = 30.0,
         clock: Callable[[], str] = utc_now,
+        read_node: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
         self.api, self.node_name, self._node = api, node_name, node
+        self._read_node = read_node  # the Node from the server, for the create
         self.enabled = enabled
         self.timeout, self.settle, self.retry_interval = timeout, settle, retry_interval
         self.clock = clock
@@ -152,7 +154,7 @@ class MachineConfigNodeWriter:
         except KubeError as exc:
             if not exc.not_found:
                 raise
-        node = self._node() or {}
+        node = await self._node_of_now()
         pool = await node_pool(self.api, node)
         uid = (node.get("metadata") or {}).get("uid", "")
         # The Node as it is now, as the MCD creates it from its current Node: a step queued
@@ -176,3 +178,12 @@ class MachineConfigNodeWriter:
             raise
         self.log.info("created MachineConfigNode", node=self.node_name, pool=pool)
         return created
+
+    async def _node_of_now(self) -> dict[str, Any]:
+        """The Node read from the server where it can be, else as the watch last saw it: under
+        load the watch can lag behind the controller's new desiredConfig, and the object is
+        created only once (one read per creation)."""
+        if self._read_node is not None:
+            with contextlib.suppress(KubeError, *TRANSIENT):
+                return await self._read_node()
+        return self._node() or {}

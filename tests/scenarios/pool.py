@@ -270,7 +270,30 @@ class MccCluster:
             )
 
         pool = await self.wait_pool(updated, f"Updated at {config or 'its config'}", timeout)
-        return pool["spec"]["configuration"]["name"]
+        target = pool["spec"]["configuration"]["name"]
+        await self._watch_caught_up(target)
+        return target
+
+    async def _watch_caught_up(self, config: str, timeout: float = 30.0) -> None:
+        """Until the admin watch has a Done sample at `config` for every Node. The pool is read
+        with a GET and the Nodes through a watch: under load the GET can see the controller's
+        verdict before the watch delivers the last Node's change, and the figures and checks
+        that follow read the samples."""
+
+        def done(a: dict[str, str]) -> bool:
+            return a.get(P + "currentConfig") == config and a.get(P + "state") == "Done"
+
+        try:
+            async with asyncio.timeout(timeout):
+                while not all(
+                    any(s.node == n and done(s.annotations) for s in reversed(self.samples))
+                    for n in self.nodes
+                ):
+                    await asyncio.sleep(0.1)
+        except TimeoutError:
+            raise AssertionError(
+                f"the Node watch never showed every Node Done at {config}"
+            ) from None
 
     async def wait_degraded(self, message: str = "", timeout: float = 180.0) -> dict[str, Any]:
         """Until the pool is NodeDegraded with a degraded machine and, when given, `message`

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import structlog
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 
 from agent.cluster import annotations as A
 from agent.cluster import kubeconfig as kc
@@ -31,27 +30,26 @@ from agent.cluster.kube import (
     CONTROLLERCONFIGS,
     MACHINECONFIGS,
     MACHINECONFIGURATIONS,
-    TRANSIENT,
     Kube,
-    KubeError,
     node_path,
 )
 from agent.cluster.mcn_steps import PassSteps
 from agent.cluster.mcn_writer import MachineConfigNodeWriter
+from agent.cluster.node_writer import NodeWriter, ProgressReporter
+from agent.cluster.passes import PassLoop
 from agent.cluster.prestager import PoolTarget, PrestageOptions, Prestager
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
 from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
-from agent.errors import HostError, InputError, describe_fault, fault_frames, parsing
-from agent.host.ports import Host, Progress
+from agent.errors import HostError, InputError, parsing
+from agent.host.ports import Host
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
-from agent.update.engine import DEGRADED, REBOOTING, UNRECONCILABLE, Engine, Hooks, Outcome
+from agent.update.engine import DEGRADED, UNRECONCILABLE, Engine, Hooks, Outcome
 from agent.update.journal import IN_FLIGHT, Record
 
 NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
-_RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
 # A reboot waits this long at most for the MachineConfigNode to say so.
 _MCN_FLUSH_TIMEOUT = 5.0
 T = TypeVar("T")
@@ -106,6 +104,10 @@ class ClusterAgent:
         # The Node's currentConfig, followed only while it is to be adopted as the baseline.
         self.current_rendered = NamedWatch(api, MACHINECONFIGS, on_change=self.wakeup.set)
         self.events = EventRecorder(node_api, self.name)
+        self.log = structlog.get_logger("cluster").bind(node=self.name)
+        self.writer = NodeWriter(node_api, self.node, self.name, dry_run=options.dry_run,
+                                 log=self.log)  # fmt: skip
+        self.patch_node = self.writer.patch
         self.drainer: Drainer = (
             SelfDrain(
                 api,
@@ -128,6 +130,8 @@ class ClusterAgent:
             read_node=lambda: node_api.get(node_path(self.name)),
         )
         self.steps = PassSteps(self.mcn, lambda: A.NodeView.of(self.node.obj or {}))
+        self._on_progress = ProgressReporter(self._report_progress, self.board.metrics,
+                                             enabled=not options.dry_run, log=self.log)  # fmt: skip
         hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
                       notice=self.board.metrics.notice,
                       checkpoint=self.steps.on_checkpoint)  # fmt: skip
@@ -146,11 +150,8 @@ class ClusterAgent:
             metric = self.board.metrics.api_requests
             metric.labels(f"{who}-get").set_function(lambda c=counter: c.reads)
             metric.labels(f"{who}-write").set_function(lambda c=counter: c.writes)
-        self._progress_at = 0.0
-        self._progress_task: asyncio.Task[None] | None = None
         self._retrying: str | None = None  # the Desired.key of an update failed retryably
         self._tasks: list[asyncio.Task[None]] = []
-        self.log = structlog.get_logger("cluster").bind(node=self.name)
 
     def _node_changed(self) -> None:
         self.wakeup.set()
@@ -158,53 +159,13 @@ class ClusterAgent:
             self.prestager.poke()
 
     # -- writing the Node --------------------------------------------------------------------
-    async def patch_node(self, body: dict[str, Any]) -> None:
-        """A merge patch of the own Node, retried on conflicts and transient faults."""
-        if self.options.dry_run:
-            self.log.info("dry run: would patch node", patch=body)
-            return
-
-        def retryable(exc: BaseException) -> bool:
-            return isinstance(exc, TRANSIENT) or (
-                isinstance(exc, KubeError) and (exc.conflict or exc.status >= 500)
-            )
-
-        async for attempt in AsyncRetrying(retry=retry_if_exception(retryable),
-                                           wait=wait_random(0.01, 0.2),
-                                           stop=stop_after_attempt(8), reraise=True):  # fmt: skip
-            with attempt:
-                await self.node.observe(await self.node_api.patch(node_path(self.name), body))
-
     async def _set_state(self, state: str, reason: str = "", **extra: str | None) -> None:
         if state == DEGRADED:  # the MCD reports every Degraded on its MachineConfigNode too
             self.mcn.record(M.degraded(self.name, reason))
-        node = A.NodeView.of(self.node.obj or {})
-        values: dict[str, str | None] = {A.STATE: state, A.REASON: A.truncate(reason), **extra}
-        if all(node.annotations.get(k, None) == v for k, v in values.items()):
-            return  # already says so: no write
-        await self.patch_node(A.annotations_patch(values))
+        await self.writer.set({A.STATE: state, A.REASON: reason, **extra})
 
     async def _report_progress(self, reason: str) -> None:
         await self._set_state("Working", reason)
-
-    def _on_progress(self, progress: Progress) -> None:
-        """Staging progress into `reason` ("Staging image: 412/1380 MiB"), at most every 5 s
-        and never two writes in flight, so a fast pull does not flood the API server."""
-        self.board.metrics.record_progress(progress)
-        now = asyncio.get_running_loop().time()
-        busy = self._progress_task is not None and not self._progress_task.done()
-        if busy or now - self._progress_at < 5.0 or self.options.dry_run:
-            return
-        self._progress_at = now
-        self._progress_task = asyncio.create_task(self._report_staging(progress.render()))
-
-    async def _report_staging(self, reason: str) -> None:
-        """Progress is news, not state: a write the API server misses is logged and dropped
-        (the next report, or the Done patch, says more)."""
-        try:
-            await self._report_progress(reason)
-        except (KubeError, *TRANSIENT) as exc:
-            self.log.warning("staging progress not reported", error=str(exc))
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> int:
@@ -218,53 +179,18 @@ class ClusterAgent:
                 await watch.synced.wait()
             if self.prestager is not None:
                 self._tasks.append(asyncio.create_task(self.prestager.run()))
-            failures = 0
-            while True:
-                self.wakeup.clear()
-                outcome = await self._pass()
-                self._publish(outcome)
-                if outcome is not None and outcome.state == REBOOTING:
-                    if self.host.reboot_ends_process:
-                        return 3
-                    await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
-                # A retryable outcome waits out the backoff, which grows until a pass ends
-                # otherwise; any other waits for a watch to see a change.
-                timeout = None
-                if outcome is not None and outcome.retryable:
-                    timeout = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
-                    failures += 1
-                else:
-                    failures = 0
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self.wakeup.wait()
+            loop = PassLoop(self.sync, lambda reason: self._set_state(DEGRADED, reason),
+                            self._publish, self.wakeup, self.host.reboot_ends_process,
+                            self.log)  # fmt: skip
+            return await loop.run()
         finally:
             await self.mcn.close()  # bounded: what a reboot or a stop left queued
+            await self._on_progress.close()
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.rendered.close()
             await self.current_rendered.close()
-
-    async def _pass(self) -> Outcome | None:
-        """One sync; whatever fails in it becomes an outcome, never the end of the process."""
-        try:
-            return await self.sync()
-        except (KubeError, *TRANSIENT) as exc:
-            self.log.warning("sync failed; retrying", error=str(exc))
-            return Outcome(DEGRADED, str(exc), retryable=True)
-        except HostError as exc:  # e.g. a certificate path the writer refuses
-            reason = f"host error ({exc.kind}): {exc}"
-            self.log.warning("sync failed; retrying", error=reason)
-        except InputError as exc:  # unusable input no step attributed (sync reports those)
-            reason = f"cannot use {exc}"
-            self.log.warning("sync failed; retrying", error=reason)
-        except Exception as exc:  # a bug, or a parser's crash nobody foresaw: report, retry
-            reason = f"unexpected error: {describe_fault(exc)}"
-            self.log.error("sync failed; retrying", error=reason, traceback=fault_frames(exc))
-        with contextlib.suppress(KubeError, *TRANSIENT):
-            await self._set_state("Degraded", reason)
-        return Outcome(DEGRADED, reason, retryable=True)
 
     def _publish(self, outcome: Outcome | None) -> None:
         """The Node's view plus the journal's phase, for /status and /metrics."""

@@ -33,21 +33,22 @@ import contextlib
 from dataclasses import dataclass, field
 
 import structlog
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 
 from agent.cluster import annotations as A
 from agent.cluster.agent import Unusable, parsed
 from agent.cluster.drain import DrainTimeout
 from agent.cluster.events import EventRecorder
-from agent.cluster.kube import TRANSIENT, Kube, KubeError, node_path
+from agent.cluster.kube import TRANSIENT, Kube, KubeError
+from agent.cluster.node_writer import NodeWriter, ProgressReporter
+from agent.cluster.passes import PassLoop
 from agent.cluster.prestager import PrestageOptions, Prestager
 from agent.cluster.watch import ObjectWatch
 from agent.core.desired import Desired
 from agent.core.plan import IMAGE_BUILD_HINT
 from agent.core.policy import Allowlist
-from agent.errors import HostError, InputError, describe_fault, fault_frames
+from agent.errors import HostError, InputError
 from agent.host.durable import write_atomic
-from agent.host.ports import Host, Progress
+from agent.host.ports import Host
 from agent.hypershift.target import NodePoolTarget
 from agent.model.hypershift import (
     MC_CONTENT_PATH,
@@ -61,10 +62,9 @@ from agent.model.hypershift import (
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
-from agent.update.engine import DEGRADED, REBOOTING, Engine, Hooks, Outcome
+from agent.update.engine import DEGRADED, Engine, Hooks, Outcome
 from agent.update.journal import IN_FLIGHT
 
-_RETRY_DELAYS = (2.0, 5.0, 15.0, 60.0, 300.0)
 NODEPOOL_HINT = (
     "these changes are image content: build an OS image that carries this config and name it, "
     "pinned by digest, as spec.osImageURL of a MachineConfig in the NodePool's spec.config"
@@ -96,6 +96,11 @@ class HypershiftAgent:
         self.configmap: ObjectWatch | None = None
         self._configmap_task: asyncio.Task[None] | None = None
         self.events = EventRecorder(node_api, self.name)
+        self.log = structlog.get_logger("hypershift").bind(node=self.name)
+        self.writer = NodeWriter(node_api, self.node, self.name, dry_run=options.dry_run,
+                                 log=self.log)  # fmt: skip
+        self._on_progress = ProgressReporter(self._report_staging, self.board.metrics,
+                                             enabled=not options.dry_run, log=self.log)  # fmt: skip
         hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
                       notice=self.board.metrics.notice)  # fmt: skip
         self.engine = Engine(host, policy=allowlist.policy, hooks=hooks,
@@ -112,9 +117,6 @@ class HypershiftAgent:
         metric.labels("node-write").set_function(lambda: counter.writes)
         self._refused: str | None = None  # the target hash of a refusal that holds the NodePool
         self._retrying: str | None = None  # the Desired.key of an update failed retryably
-        self._progress_at = 0.0
-        self._progress_task: asyncio.Task[None] | None = None
-        self.log = structlog.get_logger("hypershift").bind(node=self.name)
 
     def _changed(self) -> None:
         self.wakeup.set()
@@ -122,52 +124,15 @@ class HypershiftAgent:
             self.prestager.poke()
 
     # -- writing the Node --------------------------------------------------------------------
-    async def patch_node(self, values: dict[str, str | None]) -> None:
-        """A merge patch of the own Node's annotations, retried on conflicts and faults."""
-        if self.options.dry_run:
-            self.log.info("dry run: would patch node", annotations=values)
-            return
-
-        def retryable(exc: BaseException) -> bool:
-            return isinstance(exc, TRANSIENT) or (
-                isinstance(exc, KubeError) and (exc.conflict or exc.status >= 500)
-            )
-
-        body = A.annotations_patch(values)
-        async for attempt in AsyncRetrying(retry=retry_if_exception(retryable),
-                                           wait=wait_random(0.01, 0.2),
-                                           stop=stop_after_attempt(8), reraise=True):  # fmt: skip
-            with attempt:
-                await self.node.observe(await self.api.patch(node_path(self.name), body))
-
     async def _set(self, **values: str | None) -> None:
         """Write only what the Node does not already say (every write wakes the loop)."""
-        node = A.NodeView.of(self.node.obj or {})
-        wanted = {A.PREFIX + key: value for key, value in values.items()}
-        reason = wanted.get(A.REASON)
-        if reason:
-            wanted[A.REASON] = A.truncate(reason)
-        if any(node.annotations.get(k) != v for k, v in wanted.items()):
-            await self.patch_node(wanted)
+        await self.writer.set({A.PREFIX + key: value for key, value in values.items()})
 
     async def _degraded(self, reason: str, **extra: str | None) -> None:
         await self._set(state=DEGRADED, reason=reason, **extra)
 
-    def _on_progress(self, progress: Progress) -> None:
-        """Staging progress into `reason`, at most every 5 s, never two writes in flight."""
-        self.board.metrics.record_progress(progress)
-        now = asyncio.get_running_loop().time()
-        busy = self._progress_task is not None and not self._progress_task.done()
-        if busy or now - self._progress_at < 5.0 or self.options.dry_run:
-            return
-        self._progress_at = now
-        self._progress_task = asyncio.create_task(self._report_staging(progress.render()))
-
     async def _report_staging(self, reason: str) -> None:
-        try:
-            await self._set(state="Working", reason=reason)
-        except (KubeError, *TRANSIENT) as exc:
-            self.log.warning("staging progress not reported", error=str(exc))
+        await self._set(state="Working", reason=reason)
 
     # -- the upgrade ConfigMap ---------------------------------------------------------------
     def _configmap_location(self) -> tuple[str, str]:
@@ -218,41 +183,27 @@ class HypershiftAgent:
             await self.node.synced.wait()
             if self.prestager is not None:
                 prestage_task = asyncio.create_task(self.prestager.run())
-            failures = 0
-            while True:
-                self.wakeup.clear()
-                outcome = await self._pass()
-                self._publish(outcome)
-                if outcome is not None and outcome.state == REBOOTING:
-                    if self.host.reboot_ends_process:
-                        return 3
-                    await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
-                timeout = None
-                if outcome is not None and outcome.retryable:
-                    timeout = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
-                    failures += 1
-                else:
-                    failures = 0
-                    if self._refused is not None:
-                        timeout = self.options.refused_retry
-                try:
-                    async with asyncio.timeout(timeout):
-                        await self.wakeup.wait()
-                except TimeoutError:
-                    if self._refused is not None and not failures:
-                        await self._probe(self._refused)
+            loop = PassLoop(self.sync, self._degraded, self._publish, self.wakeup,
+                            self.host.reboot_ends_process, self.log,
+                            idle_timeout=self._refusal_holds, on_idle=self._probe)  # fmt: skip
+            return await loop.run()
         finally:
-            tasks = [t for t in (node_task, prestage_task, self._configmap_task,
-                                 self._progress_task) if t]  # fmt: skip
+            await self._on_progress.close()
+            tasks = [t for t in (node_task, prestage_task, self._configmap_task) if t]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _probe(self, refused: str) -> None:
+    def _refusal_holds(self) -> float | None:
+        """How long a refusal holds the NodePool before `_probe` (None: no refusal)."""
+        return self.options.refused_retry if self._refused is not None else None
+
+    async def _probe(self) -> None:
         """Lift the Degraded a refusal holds for `probe_window` s so that the upgrader can
         publish a new target (see the module's docstring); a new desiredConfig ends it early."""
+        refused = self._refused
         node = A.NodeView.of(self.node.obj or {})
-        if node.get(A.STATE) != DEGRADED or node.desired_config != refused:
+        if refused is None or node.get(A.STATE) != DEGRADED or node.desired_config != refused:
             return
         cause = node.get(A.REASON) or ""
         self.log.info("refusal holds the NodePool; looking for a new target", config=refused)
@@ -263,25 +214,6 @@ class HypershiftAgent:
                     lambda obj: A.NodeView.of(obj or {}).desired_config != refused,
                     self.options.probe_window,
                 )
-
-    async def _pass(self) -> Outcome | None:
-        try:
-            return await self.sync()
-        except (KubeError, *TRANSIENT) as exc:
-            self.log.warning("sync failed; retrying", error=str(exc))
-            return Outcome(DEGRADED, str(exc), retryable=True)
-        except HostError as exc:
-            reason = f"host error ({exc.kind}): {exc}"
-            self.log.warning("sync failed; retrying", error=reason)
-        except InputError as exc:
-            reason = f"cannot use {exc}"
-            self.log.warning("sync failed; retrying", error=reason)
-        except Exception as exc:  # a bug, or a parser's crash nobody foresaw: report, retry
-            reason = f"unexpected error: {describe_fault(exc)}"
-            self.log.error("sync failed; retrying", error=reason, traceback=fault_frames(exc))
-        with contextlib.suppress(KubeError, *TRANSIENT):
-            await self._degraded(reason)
-        return Outcome(DEGRADED, reason, retryable=True)
 
     def _publish(self, outcome: Outcome | None) -> None:
         node = A.NodeView.of(self.node.obj or {})

@@ -36,6 +36,7 @@ class PassLoop:
     log: Any
     idle_timeout: Callable[[], float | None] = _no_idle_timeout
     on_idle: Callable[[], Awaitable[None]] | None = None
+    retry_delays: tuple[float, ...] = RETRY_DELAYS
 
     async def run(self) -> int:
         """Until cancelled; returns 3 when a simulated reboot ends the process."""
@@ -51,7 +52,7 @@ class PassLoop:
             # A retryable outcome waits out the backoff, which grows until a pass ends
             # otherwise; any other waits for a watch to see a change.
             if outcome is not None and outcome.retryable:
-                timeout = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
+                timeout = self.retry_delays[min(failures, len(self.retry_delays) - 1)]
                 failures += 1
             else:
                 failures, timeout = 0, self.idle_timeout()

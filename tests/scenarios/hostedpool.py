@@ -33,7 +33,9 @@ from tests.scenarios.hypershift_standin import (
     CURRENT,
     CURRENT_CONFIG,
     DESIRED,
+    DESIRED_DRAIN,
     IN_PROGRESS_FALSE,
+    LAST_APPLIED_DRAIN,
     NODE_POOL,
     STATE,
     Drainer,
@@ -306,7 +308,31 @@ class HostedPool:
     async def wait_complete(self, hash: str, timeout: float = 60.0) -> float:
         """Until the MachineSet's current config version is `hash`; returns when (monotonic)."""
         await self._wait_machineset(lambda ms: ms.get(CURRENT) == hash, f"at {hash}", timeout)
-        return time.monotonic()
+        at = time.monotonic()
+        await self._watch_caught_up(hash)
+        return at
+
+    async def _watch_caught_up(self, hash: str, timeout: float = 30.0) -> None:
+        """Until the Node watch's latest sample of every Node is Done at `hash` with its drain
+        answered, as the upgrader saw them. The MachineSet is read with a GET and the Nodes
+        through a watch: under load the GET can see the upgrader's verdict before the watch
+        delivers the last Node's change, and the checks that follow read the samples."""
+
+        def done(s: Sample) -> bool:
+            a = s.annotations
+            return (a.get(CURRENT_CONFIG) == hash and a.get(STATE) == "Done"
+                    and a.get(DESIRED_DRAIN) == a.get(LAST_APPLIED_DRAIN))  # fmt: skip
+
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    latest = {s.node: s for s in self.samples}
+                    if all(n in latest and done(latest[n]) for n in self.nodes):
+                        return
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"the Node watch never showed every Node Done at {hash}: "
+                                 f"{self.latest()}") from None  # fmt: skip
 
     async def wait_degraded(self, message: str = "", timeout: float = 60.0) -> str:
         """Until the MachineSet says a Node is degraded (with `message` in it); returns it."""

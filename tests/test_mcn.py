@@ -377,19 +377,35 @@ def test_invalid_selector_is_an_error() -> None:
 
 
 class _Writer:
-    """A writer with the agent's service account, its Node in the store."""
+    """A writer with the agent's service account, its Node in the store. `watched`: the Node as
+    the agent's watch shows it (default: the store's, never behind); `read_node`: the create
+    reads the Node from the server with the node's identity, as the agent does."""
 
-    def __init__(self, kube: FakeKube, labels: dict[str, str]) -> None:
+    def __init__(
+        self,
+        kube: FakeKube,
+        labels: dict[str, str],
+        *,
+        watched: dict[str, Any] | None = None,
+        read_node: bool = False,
+    ) -> None:
         kube.put({"apiVersion": "v1", "kind": "Node",
                   "metadata": {"name": N, "labels": labels, "annotations": {
                       P + "desiredConfig": "rendered-worker-2",
                       P + "currentConfig": "rendered-worker-1"}}})  # fmt: skip
         sa = kube.service_account("openshift-machine-config-operator", "agent", SA_RULES)
         self.client = ApiClient(kube.client_configuration(sa))
+        self.node_client = ApiClient(kube.client_configuration(kube.node_identity(N)))
         self.kube = kube
+        node_api = Kube(self.node_client)
         self.writer = MachineConfigNodeWriter(
-            Kube(self.client), N, lambda: kube.get("Node", N), settle=0.0
-        )
+            Kube(self.client), N, lambda: watched or kube.get("Node", N), settle=0.0,
+            read_node=(lambda: node_api.get(f"/api/v1/nodes/{N}")) if read_node else None,
+        )  # fmt: skip
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.node_client.close()
 
     def requests(self, verb: str) -> int:
         return self.kube.count_requests(verb=verb, resource="machineconfignodes")
@@ -427,7 +443,7 @@ async def test_writer_creates_a_missing_mcn_then_writes_only_changes(kube: FakeK
         assert await w.writer.flush()
         assert (w.requests("patch"), w.requests("get")) == (patches, 1)  # and nothing read
     finally:
-        await w.client.close()
+        await w.close()
 
 
 async def test_writer_creates_the_mcn_with_the_nodes_config_of_now(kube: FakeKube) -> None:
@@ -442,20 +458,15 @@ async def test_writer_creates_the_mcn_with_the_nodes_config_of_now(kube: FakeKub
         obj = kube.get("MachineConfigNode", N)
         assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-3"}
     finally:
-        await w.client.close()
+        await w.close()
 
 
 async def test_writer_creates_the_mcn_from_the_server_when_the_watch_lags(kube: FakeKube) -> None:
     """The agent's watch still shows the old desiredConfig when the object is created (the
     watch lags under load): the create reads the Node from the server and takes its config."""
-    w = _Writer(kube, {ROLE + "worker": ""})
-    stale = kube.get("Node", N)  # the watch's copy, from before the controller's patch
-    node_client = ApiClient(kube.client_configuration(kube.node_identity(N)))
-    node_api = Kube(node_client)
-    w.writer = MachineConfigNodeWriter(
-        Kube(w.client), N, lambda: stale, settle=0.0,
-        read_node=lambda: node_api.get(f"/api/v1/nodes/{N}"),
-    )  # fmt: skip
+    stale = {"metadata": {"name": N, "labels": {ROLE + "worker": ""},
+                          "annotations": {P + "desiredConfig": "rendered-worker-2"}}}  # fmt: skip
+    w = _Writer(kube, {ROLE + "worker": ""}, watched=stale, read_node=True)
     try:
         w.writer.record(M.needs_update(N))
         kube.patch_annotations("Node", N, {P + "desiredConfig": "rendered-worker-3"})
@@ -463,25 +474,20 @@ async def test_writer_creates_the_mcn_from_the_server_when_the_watch_lags(kube: 
         obj = kube.get("MachineConfigNode", N)
         assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-3"}
     finally:
-        await w.client.close()
-        await node_client.close()
+        await w.close()
 
 
 async def test_writer_creates_from_the_watch_when_the_node_cannot_be_read(kube: FakeKube) -> None:
-    w = _Writer(kube, {ROLE + "worker": ""})
-    api = Kube(w.client)
-    w.writer = MachineConfigNodeWriter(
-        api, N, lambda: kube.get("Node", N), settle=0.0,
-        read_node=lambda: api.get(f"/api/v1/nodes/{N}"),
-    )  # fmt: skip
+    w = _Writer(kube, {ROLE + "worker": ""}, read_node=True)
     try:
         kube.fail_requests(503, resource="nodes", times=-1)
         w.writer.record(M.needs_update(N))
         assert await w.writer.flush()
         obj = kube.get("MachineConfigNode", N)
         assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-2"}
+        assert kube.count_requests(verb="get", resource="nodes") >= 1  # it did try
     finally:
-        await w.client.close()
+        await w.close()
 
 
 async def test_writer_merges_what_a_controller_wrote_meanwhile(kube: FakeKube) -> None:
@@ -499,7 +505,7 @@ async def test_writer_merges_what_a_controller_wrote_meanwhile(kube: FakeKube) -
         assert shown(status) == {PREPARED: T, EXECUTED: U, "Cordoned": T}
         assert kube.count_requests(verb="patch", resource="machineconfignodes") == 3
     finally:
-        await w.client.close()
+        await w.close()
 
 
 async def test_writer_failures_are_logged_and_kept_for_later(kube: FakeKube) -> None:
@@ -515,7 +521,7 @@ async def test_writer_failures_are_logged_and_kept_for_later(kube: FakeKube) -> 
         assert await w.writer.flush()
         assert shown(M.Status.from_json(kube.get("MachineConfigNode", N)["status"])) == {}
     finally:
-        await w.client.close()
+        await w.close()
 
 
 async def test_writer_two_custom_pools_logs_why_and_creates_nothing(kube: FakeKube) -> None:
@@ -528,7 +534,7 @@ async def test_writer_two_custom_pools_logs_why_and_creates_nothing(kube: FakeKu
         assert "belongs to 2 custom pools (gpu, infra)" in logs[0]["error"]
         assert kube.try_get("MachineConfigNode", N) is None
     finally:
-        await w.client.close()
+        await w.close()
 
 
 async def test_writer_no_pool_yet_uses_the_placeholder(kube: FakeKube) -> None:
@@ -539,7 +545,7 @@ async def test_writer_no_pool_yet_uses_the_placeholder(kube: FakeKube) -> None:
         assert await w.writer.flush()
         assert kube.get("MachineConfigNode", N)["spec"]["pool"] == {"name": NOT_YET_SET}
     finally:
-        await w.client.close()
+        await w.close()
 
 
 async def test_writer_turns_itself_off_without_the_mcn_api() -> None:
@@ -558,7 +564,7 @@ async def test_writer_turns_itself_off_without_the_mcn_api() -> None:
             assert await w.writer.flush()
             assert len(server.requests) == before
         finally:
-            await w.client.close()
+            await w.close()
 
 
 async def test_writer_with_the_api_server_gone_gives_up_within_its_timeout(kube: FakeKube) -> None:
@@ -569,7 +575,7 @@ async def test_writer_with_the_api_server_gone_gives_up_within_its_timeout(kube:
         async with asyncio.timeout(5):
             assert not await w.writer.flush(timeout=1.0)
     finally:
-        await w.client.close()
+        await w.close()
 
 
 # -- the agent process ---------------------------------------------------------------------------

@@ -446,29 +446,25 @@ async def test_writer_creates_a_missing_mcn_then_writes_only_changes(kube: FakeK
         await w.close()
 
 
-async def test_writer_creates_the_mcn_with_the_nodes_config_of_now(kube: FakeKube) -> None:
+STALE_WATCH = {"metadata": {"name": N, "labels": {ROLE + "worker": ""},
+                            "annotations": {P + "desiredConfig": "rendered-worker-2"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("watched", "read_node"),
+    [(None, False), (STALE_WATCH, True)],
+    ids=["the watch has it", "the watch lags: read from the server"],
+)
+async def test_writer_creates_the_mcn_with_the_nodes_config_of_now(
+    kube: FakeKube, watched: dict[str, Any] | None, read_node: bool
+) -> None:
     """A step queued before the controller aimed the Node at a new config, written once the
     controller has (it found no MachineConfigNode to write its spec into): the object is
-    created with the new config, as the MCD creates it from its current Node."""
-    w = _Writer(kube, {ROLE + "worker": ""})
+    created with the new config, as the MCD creates it from its current Node. Also when the
+    agent's watch still shows the old one (it lags under load): the create reads the Node."""
+    w = _Writer(kube, {ROLE + "worker": ""}, watched=watched, read_node=read_node)
     try:
         w.writer.record(M.needs_update(N))  # queued while desiredConfig is rendered-worker-2
-        kube.patch_annotations("Node", N, {P + "desiredConfig": "rendered-worker-3"})
-        assert await w.writer.flush()
-        obj = kube.get("MachineConfigNode", N)
-        assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-3"}
-    finally:
-        await w.close()
-
-
-async def test_writer_creates_the_mcn_from_the_server_when_the_watch_lags(kube: FakeKube) -> None:
-    """The agent's watch still shows the old desiredConfig when the object is created (the
-    watch lags under load): the create reads the Node from the server and takes its config."""
-    stale = {"metadata": {"name": N, "labels": {ROLE + "worker": ""},
-                          "annotations": {P + "desiredConfig": "rendered-worker-2"}}}  # fmt: skip
-    w = _Writer(kube, {ROLE + "worker": ""}, watched=stale, read_node=True)
-    try:
-        w.writer.record(M.needs_update(N))
         kube.patch_annotations("Node", N, {P + "desiredConfig": "rendered-worker-3"})
         assert await w.writer.flush()
         obj = kube.get("MachineConfigNode", N)

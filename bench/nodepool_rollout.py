@@ -93,9 +93,8 @@ async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode
             requests[name] = (sum(life["reads"] for life in lives),
                               sum(life["writes"] for life in lives))  # fmt: skip
         turn_bytes = {}
-        for name, node in pool.nodes.items():
-            fetched = [a["detail"].split() for a in node.sim.actions() if a["kind"] == "fetched"]
-            turn_bytes[name] = [int(f[1]) for f in fetched if f[0] == digest and f[-1] == "stage"]
+        for name, node in pool.nodes.items():  # the turn is the digest's last stage
+            turn_bytes[name] = [stages[-1][0]] if (stages := node.sim.stages(digest)) else []
         return Run(pull, mode, seconds, windows, most, turn_bytes, requests)
     finally:
         await pool.close()

@@ -52,6 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent.host.simulated import SimulatedHost
 from agent.model.bootc_releases import DEFAULT_PERSONA, PERSONAS
 from tests.conformance import peers
 from tests.conformance.kit import Kit, KitCluster, KitMissing, locate_kit, prepare
@@ -136,28 +137,21 @@ async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode
             )
             for name, node in mcc.nodes.items()
         }
-        turn_bytes = {name: turn_fetched(node.sim.actions(), digest)
+        turn_bytes = {name: turn_fetched(node.sim, digest)
                       for name, node in mcc.nodes.items()}  # fmt: skip
         return Run(pull, mode, seconds, windows, cadence, pulls, most, requests, turn_bytes,
                    bootc)  # fmt: skip
 
 
-def turn_fetched(actions: list[dict[str, str]], digest: str) -> tuple[bool, int]:
+def turn_fetched(sim: SimulatedHost, digest: str) -> tuple[bool, int]:
     """Whether a pre-stage or pre-pull of `digest` finished before the node's turn, and what
-    the turn fetched: the last stage that was not a locked pre-stage, as the simulated bootc
-    logs it (`fetched DIGEST BYTES stage`)."""
-    turn = max((i for i, a in enumerate(actions) if a["kind"] == "fetched"
-                and a["detail"] == f"{digest} {a['detail'].split()[1]} stage"),
-               default=None)  # fmt: skip
-    if turn is None:
+    the turn fetched: the digest's last stage, as the simulated bootc logs it."""
+    stages = sim.stages(digest)
+    if not stages:
         raise RuntimeError(f"no stage of {digest} logged: the node never took its turn")
-    ahead = any(
-        (a["kind"] == "fetched" and a["detail"].startswith(digest) and a["detail"].endswith(
-            "pre-stage")) or (a["kind"] == "bootc" and a["detail"].startswith("internals")
-                              and digest in a["detail"])
-        for a in actions[:turn]
-    )  # fmt: skip
-    return ahead, int(actions[turn]["detail"].split()[1])
+    pulled = any(a["kind"] == "bootc" and a["detail"].startswith("internals")
+                 and digest in a["detail"] for a in sim.actions())  # fmt: skip
+    return len(stages) > 1 or pulled, stages[-1][0]
 
 
 def report(run: Run) -> None:

@@ -144,7 +144,7 @@ async def test_stage_download_only_with_progress_then_unlock(
 ) -> None:
     bootc = host.adapter(tmp_path)
     seen: list[Progress] = []
-    await bootc.stage(ref(D2, tag="v2"), seen.append)
+    await bootc.stage(ref(D2, tag="v2"), seen.append, locked=True)
     (switch,) = host.verb_calls("switch")
     assert switch == [
         "switch", "--transport", "registry", "--download-only", "--progress-fd", "3",
@@ -172,7 +172,7 @@ async def test_unlock_prepares_a_soft_reboot_where_capable(
 ) -> None:
     host.configure(soft_reboot_capable=True)
     bootc = host.adapter(tmp_path)
-    await bootc.stage(ref(D2))
+    await bootc.stage(ref(D2), locked=True)
     assert await bootc.unlock_staged(soft=True) is True
     assert host.verb_calls("upgrade") == [["upgrade", "--from-downloaded", "--soft-reboot", "auto"]]
 
@@ -242,11 +242,43 @@ async def test_process_runner_applies_nice(tmp_path: Path) -> None:
 async def test_a_staged_digest_is_not_staged_again(host: StandinHost, tmp_path: Path) -> None:
     runner = RecordingRunner()
     bootc = host.adapter(tmp_path, runner=runner)
-    await bootc.stage(ref(D2))
+    await bootc.stage(ref(D2), locked=True)
     await bootc.stage(ref(D2, tag="v2"))  # the same digest under a tag
     await bootc.stage(ref(D2), locked=True)  # locked already (download-only)
     assert len(host.verb_calls("switch")) == 1 and len(runner.started) == 1
-    assert (await bootc.status()).staged_digest == D2
+    assert (await bootc.status()).staged_locked(D2)
+
+
+async def test_a_locked_stage_locks_the_same_spec_staged_unlocked(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    """Staged unlocked (by hand, say): a locked stage of that spec cannot switch to it (bootc
+    finds the spec unchanged), so it locks what is staged, pulling nothing again."""
+    bootc = host.adapter(tmp_path)
+    await bootc.stage(ref(D2))  # a plain switch: the next reboot would boot it
+    assert not (await bootc.status()).staged_locked(D2)
+    assert await bootc.stage(ref(D2), locked=True) == 0
+    assert len(host.verb_calls("switch")) == 1
+    assert host.verb_calls("upgrade") == [["upgrade", "--download-only"]]
+    assert (await bootc.status()).staged_locked(D2)
+    host.bootc("internals", "standin-reboot")  # an ordinary reboot discards it
+    assert (await bootc.status()).booted_digest == D1
+
+
+async def test_a_locked_stage_that_bootc_leaves_unlocked_is_an_error(
+    host: StandinHost, tmp_path: Path
+) -> None:
+    """A bootc that stages without the lock it was asked for (here: one that drops the flag)
+    fails the stage: the caller never takes an unlocked deployment for a locked one."""
+    dropping = tmp_path / "bootc-dropping-the-lock"
+    dropping.write_text("#!/bin/sh\nfor a; do shift; [ \"$a\" = --download-only ] || "
+                        f"set -- \"$@\" \"$a\"; done\nexec {STANDIN} \"$@\"\n")  # fmt: skip
+    dropping.chmod(0o755)
+    bootc = Bootc(bootc=str(dropping), run_dir=tmp_path / "run", progress_poll=0.02,
+                  env=host.env)  # fmt: skip
+    with pytest.raises(HostError) as err:
+        await bootc.stage(ref(D2), locked=True)
+    assert "but not locked (download-only): any reboot would boot it" in str(err.value)
 
 
 async def test_a_staged_digest_being_replaced_is_staged_again(

@@ -296,16 +296,17 @@ async def test_the_target_is_prestaged_from_the_configmap_and_the_turn_fetches_n
     hosted.start()
     mc = machine_config("x", image=hosted.images["v2"], keys=INITIAL_KEYS)
     hosted.publish(mc, "0000cccc", select=False)  # published, the node not picked yet
+    v2 = hosted.images["v2"].split("@")[1]
     for _ in range(200):
-        if any(a["detail"].endswith("pre-stage") for a in hosted.sim.actions()
-               if a["kind"] == "fetched"):  # fmt: skip
+        if hosted.sim.stages(v2):  # not picked yet: any stage is a pre-stage
             break
         await asyncio.sleep(0.05)
     assert hosted.annotations() == {}  # nothing written while it pre-staged
     hosted.kube.patch_annotations("Node", NODE, {P + "desiredConfig": "0000cccc"})
     await hosted.until(lambda a: a.get("currentConfig") == "0000cccc")
-    fetched = [a["detail"] for a in hosted.sim.actions() if a["kind"] == "fetched"]
-    assert fetched[0].endswith("pre-stage") and all(f.split()[1] == "0" for f in fetched[1:])
+    (prestaged, prestage_locked), *turns = hosted.sim.stages(v2)
+    assert prestaged > 0 and prestage_locked  # the pre-stage fetched it, locked
+    assert turns and all(fetched == 0 for fetched, _ in turns)
     assert hosted.reboots() == 1
 
 

@@ -54,21 +54,36 @@ async def reboot(sim: SimulatedHost) -> None:
     assert sim.boot()
 
 
-async def test_stage_is_locked_and_an_ordinary_reboot_discards_it(sim: SimulatedHost) -> None:
+async def test_a_locked_stage_is_discarded_by_an_ordinary_reboot(sim: SimulatedHost) -> None:
     v1 = slots(sim)["booted"]
     v2 = add(sim, "v2")
     bootc = SimulatedBootc(sim)
     boot_id = await sim.host(lambda _path: True).system.boot_id()
-    await bootc.stage(v2)
+    await bootc.stage(v2, locked=True)
     staged = slots(sim)["staged"]
     assert digest_of(staged) == v2.digest and staged is not None and staged["downloadOnly"]
-    assert (await bootc.status()).staged.download_only  # type: ignore[union-attr]
+    assert (await bootc.status()).staged_locked(v2.digest or "")
+    assert switches(sim) == [f"switch --transport registry --download-only {v2}"]
     await reboot(sim)
     after = slots(sim)
     assert after["booted"] == v1 and after["staged"] is None and after["rollback"] is None
     assert await sim.host(lambda _path: True).system.boot_id() != boot_id
     assert "discarded (download-only)" in sim.actions()[-1]["detail"]
     assert (sim.root / "usr/lib/v").read_text() == "1"  # still the old image's files
+
+
+async def test_an_unlocked_stage_is_booted_by_an_ordinary_reboot(sim: SimulatedHost) -> None:
+    """As bootc does with a plain `switch`: what an unlocked pre-stage would do to a node."""
+    v1 = slots(sim)["booted"]
+    v2 = add(sim, "v2")
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(v2)
+    assert switches(sim) == [f"switch --transport registry {v2}"]
+    assert slots(sim)["staged"]["downloadOnly"] is False  # type: ignore[index]
+    await reboot(sim)
+    after = slots(sim)
+    assert (digest_of(after["booted"]), after["rollback"]) == (v2.digest, v1)
+    assert (sim.root / "usr/lib/v").read_text() == "v2"
 
 
 async def test_unlock_then_reboot_boots_the_staged_image(sim: SimulatedHost) -> None:
@@ -78,7 +93,7 @@ async def test_unlock_then_reboot_boots_the_staged_image(sim: SimulatedHost) -> 
     with pytest.raises(HostError) as err:
         await bootc.unlock_staged()
     assert err.value.kind == "no-staged"
-    await bootc.stage(v2)
+    await bootc.stage(v2, locked=True)
     assert await bootc.unlock_staged() is True
     assert await bootc.unlock_staged() is False  # armed already: nothing to do
     assert slots(sim)["staged"]["downloadOnly"] is False  # type: ignore[index]
@@ -114,7 +129,7 @@ async def test_a_cancelled_pull_resumes_with_only_the_missing_layers(sim: Simula
 async def test_an_image_fetched_once_is_not_fetched_again(sim: SimulatedHost) -> None:
     v2 = add(sim, "v2", pull_seconds=0.6)
     bootc = SimulatedBootc(sim)
-    await bootc.stage(v2)
+    await bootc.stage(v2, locked=True)
     assert len(pulls(sim, v2)) == LAYERS
     await reboot(sim)  # discards the locked deployment; its layers stay cached
     assert slots(sim)["staged"] is None
@@ -131,10 +146,10 @@ async def test_an_image_fetched_once_is_not_fetched_again(sim: SimulatedHost) ->
 async def test_an_image_already_staged_returns_at_once(sim: SimulatedHost) -> None:
     v2 = add(sim, "v2", pull_seconds=0.6)
     bootc = SimulatedBootc(sim)
-    await bootc.stage(v2)
+    await bootc.stage(v2, locked=True)
     actions = len(sim.actions())
     started = time.monotonic()
-    assert await bootc.stage(v2) == 0
+    assert await bootc.stage(v2) == 0  # a locked one does for an unlocked stage
     assert await bootc.stage(v2, locked=True) == 0
     assert time.monotonic() - started < 0.3
     after = [a["kind"] for a in sim.actions()[actions:]]
@@ -142,10 +157,20 @@ async def test_an_image_already_staged_returns_at_once(sim: SimulatedHost) -> No
     assert slots(sim)["staged"]["downloadOnly"] is True  # type: ignore[index]
 
 
+async def test_a_locked_stage_locks_an_image_staged_unlocked(sim: SimulatedHost) -> None:
+    v2 = add(sim, "v2")
+    bootc = SimulatedBootc(sim)
+    await bootc.stage(v2)
+    assert await bootc.stage(v2, locked=True) == 0  # every layer is cached
+    assert slots(sim)["staged"]["downloadOnly"] is True  # type: ignore[index]
+    await reboot(sim)
+    assert digest_of(slots(sim)["booted"]) != v2.digest
+
+
 async def test_a_full_disk_fails_the_stage_with_kind_disk_space(sim: SimulatedHost) -> None:
     v2, v3 = add(sim, "v2"), add(sim, "v3")
     bootc = SimulatedBootc(sim)
-    await bootc.stage(v2)
+    await bootc.stage(v2, locked=True)
     await reboot(sim)  # v2's layers are cached, nothing staged
     sim.set_disk_full()
     with pytest.raises(HostError) as err:

@@ -289,10 +289,11 @@ class Bootc:
         locked: bool = False,
         trust: StageTrust | None = None,
     ) -> int | None:
-        """`bootc switch --transport registry NAME@DIGEST` (with `--download-only` where
-        supported, so a plain reboot cannot apply it by accident) in the stage unit, at low
-        priority; nothing when that digest is staged already. `locked` demands download-only:
-        kind `unsupported` where this bootc cannot, before anything is pulled. `trust`: see
+        """`bootc switch --transport registry NAME@DIGEST` in the stage unit, at low priority;
+        nothing when that digest is staged already (and locked, if `locked`). `locked` is
+        `--download-only`, so a plain reboot discards the deployment instead of booting it:
+        kind `unsupported` where this bootc cannot, before anything is pulled, and an error
+        if bootc staged it unlocked all the same. Unlocked, any reboot boots it. `trust`: see
         the module's docstring; a refusal or a policy this bootc cannot enforce is kind
         `signature`, before anything runs. Returns the bytes fetched, from bootc's progress
         events (`bytes - bytesCached`): 0 when it reported no pull (the image was in the
@@ -314,18 +315,31 @@ class Bootc:
                     "would boot the staged image",
                     kind="unsupported",
                 )
-            if await self._staged_already(image.digest or "", trust.enforce):
+            if await self._staged_already(image.digest or "", trust.enforce, locked):
                 return 0
+            if locked and await self._lockable(ref, trust.enforce):
+                # A switch to the spec staged is a no-op ("Image specification is unchanged"):
+                # lock what is staged instead (bootc-versions.md §4, step 4; >= 1.12).
+                await self._run(["upgrade", "--download-only"], self.timeouts.unlock,
+                                "bootc upgrade --download-only")  # fmt: skip
+                if (await self._status()).staged_locked(image.digest or ""):
+                    return 0
             argv = [self.bootc, "switch", "--transport", "registry"]
             if trust.enforce:
                 argv.append("--enforce-container-sigpolicy")
-            if caps.locked_staging:
+            if locked:
                 argv.append("--download-only")
             if caps.progress_fd:
                 argv += ["--progress-fd", "3"]
             argv.append(ref)
             description = await self._start_or_adopt(ref, argv, trust)
             await self._follow(description, on_progress if caps.progress_fd else None)
+            if locked and not (await self._status()).staged_locked(image.digest or ""):
+                raise HostError(
+                    f"bootc staged {ref} but not locked (download-only): any reboot would boot "
+                    "it; the next stage replaces it",
+                    kind="other",
+                )
             return self._fetched() if caps.progress_fd else None
 
     async def pull(
@@ -401,17 +415,32 @@ class Bootc:
                 kind="signature",
             )
 
-    async def _staged_already(self, digest: str, enforce: bool) -> bool:
-        """Whether `digest` is staged, verified as asked, and stays so. Not while a stage unit
-        runs: it may be replacing the staged deployment (a newer target), or be ours to adopt
-        and follow. A deployment staged unverified does not do for a stage that must verify:
-        bootc's spec includes the signature source, so that switch pulls and verifies again."""
+    async def _staged_already(self, digest: str, enforce: bool, locked: bool) -> bool:
+        """Whether `digest` is staged, verified and locked as asked, and stays so. Not while a
+        stage unit runs: it may be replacing the staged deployment (a newer target), or be
+        ours to adopt and follow. A deployment staged unverified does not do for a stage that
+        must verify: bootc's spec includes the signature source, so that switch pulls and
+        verifies again. Nor does an unlocked one for a locked stage."""
         if (await self.runner.unit_state(self.unit)).running:
             return False
-        staged = (await self._status()).staged
+        status = await self._status()
+        staged = status.staged
         if staged is None or staged.image is None or staged.image.digest != digest:
             return False
+        if locked and not status.staged_locked(digest):
+            return False
         return staged.image.policy_enforced or not enforce
+
+    async def _lockable(self, ref: str, enforce: bool) -> bool:
+        """Whether `ref` is staged unlocked as the whole spec a switch to it would set."""
+        staged = (await self._status()).staged
+        return (
+            staged is not None
+            and staged.image is not None
+            and not staged.download_only
+            and staged.image.image == ref
+            and staged.image.policy_enforced == enforce
+        )
 
     def _paths(self, what: tuple[str, ...] = ("stderr", "progress")) -> tuple[Path, ...]:
         """Files beside the stage (stderr, progress by default) as the command sees them,

@@ -79,9 +79,10 @@ class BootcPort(Protocol):
         the bytes fetched from the registry (0 when the image was in the repository already,
         None when bootc did not say), at once when a deployment of that digest is staged
         already. Staging runs at low priority (idle I/O, low CPU weight). `locked`: the
-        deployment must be download-only, so an ordinary reboot discards it instead of booting
-        it; a bootc that cannot lock raises HostError kind `unsupported` before pulling
-        anything. Unlocked, it is still download-only where bootc supports that. `trust`
+        deployment is download-only (`--download-only`), so an ordinary reboot discards it
+        instead of booting it; a bootc that cannot lock raises HostError kind `unsupported`
+        before pulling anything. Unlocked, it is an ordinary staged deployment, which the next
+        reboot of any kind boots: the caller says which it needs. `trust`
         (core/trust.py): verify the image's signatures against the host's policy; a refusal or
         a failed verification raises HostError kind `signature` before the image is staged."""
         ...

@@ -106,6 +106,16 @@ class SimulatedHost:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
+    def stages(self, digest: str) -> list[tuple[int, bool]]:
+        """Every stage of `digest` asked for, in order: (bytes fetched, locked). The last one
+        is the node's turn; any before it were pre-stages."""
+        found = []
+        for action in self.actions():
+            if action["kind"] == "fetched" and action["detail"].startswith(digest + " "):
+                _, fetched, lock = action["detail"].split()
+                found.append((int(fetched), lock == "locked"))
+        return found
+
     # -- setup ---------------------------------------------------------------------------
     @classmethod
     def create(
@@ -464,11 +474,11 @@ class SimulatedBootc:
         locked: bool = False,
         trust: StageTrust | None = None,
     ) -> int | None:
-        """Pull the layers not cached yet (pull_seconds/LAYERS each), then stage: locked from
-        1.16.10 (`switch --download-only`), where `locked` needs nothing more; elsewhere
-        `locked` is refused before anything is pulled, as the real adapter does. Returns the
-        bytes fetched. Cancelling the awaiting task stops the pull; the layers fetched so far
-        stay cached."""
+        """Pull the layers not cached yet (pull_seconds/LAYERS each), then stage as asked, as
+        the real adapter does: `locked` is `switch --download-only` (from 1.16.10; refused
+        before anything is pulled elsewhere), which an ordinary reboot discards; unlocked, a
+        plain switch, which the next reboot boots. Returns the bytes fetched. Cancelling the
+        awaiting task stops the pull; the layers fetched so far stay cached."""
         _, trust = admitted(image, trust, "stage")
         assert image.digest is not None
         caps = await self.capabilities()
@@ -485,11 +495,13 @@ class SimulatedBootc:
         if trust.enforce:
             self._verify(image, meta, trust)
         staged = self.sim._state()["staged"]
-        # An unverified one is pulled and verified again, as bootc does (its spec differs).
+        # An unverified one is pulled and verified again, as bootc does (its spec differs);
+        # an unlocked one does not do for a locked stage.
         if (
             staged is not None
             and staged["digest"] == image.digest
             and (staged.get("enforced") or not trust.enforce)
+            and (staged.get("locked") or not locked)
         ):
             self._log_fetched(image.digest, 0, locked)
             return 0
@@ -498,20 +510,20 @@ class SimulatedBootc:
         if state["booted"]["digest"] == image.digest:
             state["staged"] = None  # switching to the booted image drops a staged one
         else:
-            state["staged"] = {"ref": str(image), "digest": image.digest,
-                               "locked": caps.locked_staging,
+            state["staged"] = {"ref": str(image), "digest": image.digest, "locked": locked,
                                "enforced": trust.enforce}  # fmt: skip
         write_json(self.sim._state_path, state)
-        flags = " --download-only" if caps.locked_staging else ""
+        flags = " --download-only" if locked else ""
         self.sim.log_action("bootc", f"switch --transport registry{flags} {image}")
         self._log_fetched(image.digest, fetched, locked)
         self.sim._prune(state)
         return fetched
 
     def _log_fetched(self, digest: str, fetched: int, locked: bool) -> None:
-        """One line per stage asked for: what it fetched from the registry (a benchmark and
-        the tests read whether a node's turn fetched anything)."""
-        self.sim.log_action("fetched", f"{digest} {fetched} {'pre-stage' if locked else 'stage'}")
+        """One line per stage asked for: what it fetched from the registry and whether it was
+        locked (`fetched DIGEST BYTES locked|unlocked`). A node's turn is the last stage of
+        its digest (`turn_fetched`); a pre-stage comes before it."""
+        self.sim.log_action("fetched", f"{digest} {fetched} {'locked' if locked else 'unlocked'}")
 
     async def pull(
         self,

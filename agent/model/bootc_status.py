@@ -59,6 +59,11 @@ class BootcHost:
     def staged_digest(self) -> str | None:
         return self.staged.digest if self.staged else None
 
+    def staged_locked(self, digest: str) -> bool:
+        """Whether `digest` is staged download-only: an ordinary reboot discards it."""
+        return self.staged is not None and self.staged.download_only and \
+            self.staged_digest == digest  # fmt: skip
+
     @property
     def booted_ref(self) -> str | None:
         """The booted image as `name@digest`, the only proof of what runs."""

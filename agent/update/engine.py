@@ -264,7 +264,11 @@ class Engine:
             # image it arrives with.
             trust = await self._trust(target)
             await self._unverified_copy_pruned(rec, target, trust)
-            fetched = await self.host.bootc.stage(target, self.hooks.progress, trust=trust)
+            # Locked where this bootc can: a reboot before the drain discards it, never
+            # boots it undrained.
+            locked = (await self.host.bootc.capabilities()).locked_staging
+            fetched = await self.host.bootc.stage(target, self.hooks.progress, locked=locked,
+                                                  trust=trust)  # fmt: skip
         except HostError as exc:
             cause = f"staging {target} failed ({exc.kind}): {exc}"
             if exc.kind == "signature":
@@ -418,8 +422,7 @@ class Engine:
             self._event(f"pre-pulled {target} into the repository (nothing staged: a reboot "
                         f"before the turn boots the running image); {path.note}")  # fmt: skip
             return PrestageResult("pulled", path.note)
-        staged = status.staged
-        if staged is not None and staged.download_only and status.staged_digest == target.digest:
+        if status.staged_locked(target.digest):
             return PrestageResult("already-staged")
         await self.host.bootc.stage(target, on_progress, locked=True, trust=trust)
         self._did("prestage")

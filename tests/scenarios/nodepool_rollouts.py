@@ -53,9 +53,12 @@ def keys_on(pool: HostedPool) -> set[str]:
 
 
 def fetched_at_turn(pool: HostedPool, node: str) -> list[int]:
-    """Bytes each stage of `node` fetched at its turn (not in a pre-stage)."""
-    lines = [a["detail"].split() for a in pool.nodes[node].sim.actions() if a["kind"] == "fetched"]
-    return [int(parts[1]) for parts in lines if parts[-1] != "pre-stage"]
+    """Bytes each turn of `node` fetched (the last stage of each digest; any before it were
+    pre-stages), in the order of the turns."""
+    sim = pool.nodes[node].sim
+    digests = [a["detail"].split()[0] for a in sim.actions() if a["kind"] == "fetched"]
+    turns = sorted(set(digests), key=lambda d: len(digests) - digests[::-1].index(d))
+    return [sim.stages(digest)[-1][0] for digest in turns]
 
 
 async def live_only(backend: HostedBackend, base: Path) -> None:

@@ -152,6 +152,22 @@ async def test_held_reboot_keeps_the_image_staged_and_locked(tmp_path: Path) -> 
     assert fleet.booted() == new
 
 
+async def test_a_reboot_while_held_boots_the_running_image(tmp_path: Path) -> None:
+    """Someone reboots the host while the strategy holds the update: the pre-stage was asked
+    for locked, so the host comes back on its image; when the strategy allows, one reboot."""
+    fleet = Fleet(tmp_path, Scripted(answers=[False, True]))
+    before = fleet.booted()
+    new = fleet.push()
+    assert (await fleet.tick()).state == HELD
+    assert [locked for _, locked in fleet.sim.stages(new)] == [True]
+    await fleet.sim.host(lambda path: True).system.reboot()  # not the agent's
+    assert fleet.sim.boot() and fleet.booted() == before
+    assert (await fleet.tick()).state == REBOOTING  # pre-staged again, locked; then the turn
+    assert fleet.sim.stages(new)[1:] == [(0, True), (0, True)]  # the layers stayed cached
+    assert (await fleet.tick()).state == DONE
+    assert (fleet.booted(), fleet.reboots()) == (new, 2)
+
+
 async def test_newer_digest_while_held_replaces_the_staged_one(tmp_path: Path) -> None:
     fleet = Fleet(tmp_path, Scripted(answers=[False]))
     first = fleet.push(name="one")

@@ -17,6 +17,7 @@ from agent.cluster.annotations import NodeView
 from agent.cluster.prestage import Act, decide, pool_target
 from agent.demo.loopback import Cluster, P
 from agent.host.simulated import SimulatedBootc
+from agent.model.bootc_releases import PERSONAS, features_of
 from agent.model.imageref import parse_image_ref
 from agent.update.engine import DONE
 from agent.update.journal import Journal
@@ -87,6 +88,33 @@ async def test_engine_prestages_locked_and_the_update_pulls_nothing_more(tmp_pat
     assert pulls(world.sim, world.digest("v2")) == 3  # the turn found it staged
     assert world.reboots() == 1
     assert world.engine().prestaged() is None  # the update consumed the pre-stage
+
+
+@pytest.mark.parametrize("version", PERSONAS)
+async def test_a_prestage_is_locked_or_nothing_is_staged_on_every_bootc(
+    tmp_path: Path, version: str
+) -> None:
+    """Whatever this bootc can do, a pre-stage never leaves a deployment an ordinary reboot
+    boots: staged locked where bootc can lock, else pre-pulled or skipped with nothing staged;
+    the reboot before the node's turn boots the running image."""
+    world = World.create(tmp_path)
+    world.sim.set_bootc_version(version)
+    await world.converge(world.desired("r1", "v1"))
+    engine = world.engine()
+    result = await engine.prestage(world.desired("r2", "v2"))
+    staged = world.sim.status_document()["status"]["staged"]
+    if "switch-download-only" in features_of(version):
+        assert str(result) == "staged"
+        [(fetched, locked)] = world.sim.stages(world.digest("v2"))
+        assert fetched > 0 and locked
+        assert staged["downloadOnly"] is True
+    else:
+        assert result.outcome in ("pulled", "skipped"), result
+        assert staged is None and world.sim.stages(world.digest("v2")) == []
+    await world.sim.host(lambda path: True).system.reboot()  # an admin's, before the turn
+    assert world.sim.boot() and world.booted() == world.digest("v1")
+    outcome = await world.converge(world.desired("r2", "v2"))  # the turn: one more reboot
+    assert (outcome.state, world.booted(), world.reboots()) == (DONE, world.digest("v2"), 2)
 
 
 async def test_engine_prestage_killed_at_every_step(tmp_path: Path) -> None:
@@ -275,6 +303,40 @@ async def test_pool_target_prestaged_then_the_turn_pulls_nothing(pools: Pools) -
     await c.wait_done("rendered-worker-2")
     assert c.booted() == c.images["slow"].split("@")[1]
     assert pools.pulls("slow") == 3 and c.reboots() == 1  # one pull, before the turn
+
+
+async def test_a_reboot_between_the_prestage_and_the_turn_boots_the_current_image(
+    pools: Pools,
+) -> None:
+    """An administrator reboots the node after its pool's target was pre-staged, before the
+    controller picks it: the pre-stage was locked, so the node comes back on its current
+    image, Done and schedulable, with nothing written; its turn then reboots it once more,
+    into the target, fetching nothing (the layers stayed cached)."""
+    c = pools.c
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    await pools.running()
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.wait_staged("v2")
+    v2 = c.images["v2"].split("@")[1]
+    assert [locked for _, locked in c.sim.stages(v2)] == [True]  # asked for locked
+    proc = c.procs[-1]
+    proc.send_signal(signal.SIGTERM)  # the shutdown stops the agent, then the host reboots
+    await asyncio.wait_for(proc.wait(), 20)
+    await c.sim.host(lambda path: True).system.reboot()
+    writes = c.node_writes()
+    await pools.start()  # the next boot
+    await pools.wait_metric('image_mode_agent_phase{phase="idle"}', 1)
+    assert c.booted() == c.images["v1"].split("@")[1]  # the pre-stage was not booted
+    assert c.reboots() == 1  # the administrator's
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+    assert c.node_writes() == writes
+    c.kube.enable_drain_controller()
+    c.set_desired("rendered-worker-2")
+    assert await asyncio.wait_for(c.procs[-1].wait(), 30) == 3
+    await pools.start()
+    await c.wait_done("rendered-worker-2")
+    assert (c.booted(), c.reboots()) == (v2, 2)
+    assert c.sim.stages(v2)[-1] == (0, True)  # the turn fetched nothing, staged locked
 
 
 async def test_on_a_bootc_without_download_only_the_target_is_pre_pulled(pools: Pools) -> None:

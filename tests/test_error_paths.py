@@ -137,6 +137,52 @@ async def test_a_drain_never_acknowledged_degrades_and_retries_until_it_is(
     assert states == ["Working", "Degraded", "Working", "Done"]
 
 
+async def test_a_self_drain_the_budget_never_allows_degrades_cordoned_and_never_reboots(
+    cluster: Cluster,
+) -> None:
+    """`--drain self` with a PodDisruptionBudget that never allows the eviction and a 2-s
+    `--drain-timeout`: Degraded with the deadline and the pod that blocks, a FailedToDrain
+    warning Event, the node still cordoned, no reboot and no bootc call after the stage (the
+    staged image stays locked). Once the budget allows, it drains and reboots once."""
+    kube = cluster.kube
+    kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+    kube.put({"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "db-0", "namespace": "apps", "labels": {"app": "db"}},
+              "spec": {"nodeName": cluster.node, "containers": [{"name": "c", "image": "x"}]},
+              "status": {"phase": "Running"}})  # fmt: skip
+    kube.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": {"name": "db", "namespace": "apps"},
+              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})  # fmt: skip
+    proc = await cluster.start_agent("--drain", "self", "--drain-timeout", "2")
+    await cluster.wait_done("rendered-worker-1")
+    cluster.add_config("rendered-worker-2", "v2")
+    cluster.set_desired("rendered-worker-2")
+
+    annotations = await degraded(cluster, proc)
+    reason = "failed to drain node after 2s: blocked by PodDisruptionBudget: apps/db-0"
+    assert annotations[P + "reason"] == reason
+    await until(lambda: events(cluster, "FailedToDrain"), what="a FailedToDrain Event")
+    assert [(e["type"], e["message"]) for e in events(cluster, "FailedToDrain")] == [
+        ("Warning", reason)
+    ]
+    assert node_spec(cluster).get("unschedulable") is True  # still cordoned
+    assert kube.try_get("pods", "db-0", "apps") is not None
+    assert (cluster.reboots(), proc.returncode) == (0, None)
+    bootc = [a["detail"] for a in cluster.sim.actions() if a["kind"] in ("bootc", "reboot")]
+    assert bootc[-1].startswith("switch --transport registry --download-only ")  # the stage
+    staged = host_state(cluster.sim)["staged"]
+    assert (staged["digest"], staged["locked"]) == (cluster.images["v2"].split("@")[1], True)
+    assert journal(cluster.sim).phase == Phase.STAGING  # resumed from there on the next pass
+
+    kube.delete("poddisruptionbudgets", "db", "apps")  # the budget allows it now
+    assert await exits(proc) == 3
+    assert kube.try_get("pods", "db-0", "apps") is None
+    await cluster.start_agent("--drain", "self", "--drain-timeout", "2")
+    await cluster.wait_done("rendered-worker-2")
+    assert (cluster.reboots(), cluster.booted()) == (1, cluster.images["v2"].split("@")[1])
+    assert not node_spec(cluster).get("unschedulable")
+
+
 # -- reboot ----------------------------------------------------------------------------------------
 async def test_a_refused_reboot_degrades_and_reboots_once_when_allowed(cluster: Cluster) -> None:
     """The host refuses the reboot request: the Node is Degraded with `host error (systemd)`,

@@ -259,7 +259,15 @@ def write_status(
     }
     if board.bootc is not None:
         status["bootc"] = board.bootc
-    write_json(host.state_dir / "status.json", status)
+    try:
+        write_json(host.state_dir / "status.json", status)
+    except OSError as exc:
+        # The file keeps its last status whole; /status still tells the truth, and the next
+        # report writes the file again.
+        structlog.get_logger("agent").warning(
+            "status.json not written", path=str(host.state_dir / "status.json"),
+            error=exc.strerror or str(exc),
+        )  # fmt: skip
     board.publish(status)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.errors import HostError, InputError, parsing
-from agent.host.durable import write_atomic
+from agent.host.durable import write_record
 from agent.model.machineconfig import MachineConfig, parse_machine_config
 
 
@@ -79,14 +79,14 @@ class ConfigStore:
 
     def record_current(self, document: bytes) -> None:
         parse_config(document)  # refuse to record what could not be read back
-        write_atomic(self.current_path, document)
+        write_record(self.current_path, document, "recorded config")
 
     def record_pending(self, document: bytes) -> None:
-        write_atomic(self.pending_path, document)
+        write_record(self.pending_path, document, "recorded config")
 
     def commit(self) -> None:
         """The pending config becomes the current one (idempotent until `drop_pending`)."""
-        write_atomic(self.current_path, self.pending_document())
+        write_record(self.current_path, self.pending_document(), "recorded config")
 
     def drop_pending(self) -> None:
         self.pending_path.unlink(missing_ok=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import HostError
-from agent.host.durable import write_atomic
+from agent.host.durable import write_record
 
 JOURNAL_VERSION = 1
 
@@ -91,4 +91,6 @@ class Journal:
 
     def save(self, record: Record) -> None:
         body = {"version": JOURNAL_VERSION, **asdict(record), "phase": str(record.phase)}
-        write_atomic(self.path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
+        write_record(
+            self.path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode(), "journal"
+        )

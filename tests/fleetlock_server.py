@@ -41,6 +41,8 @@ class FleetLockServer:
         self.max_concurrent_holders: dict[str, int] = defaultdict(int)
         self.records: list[Record] = []
         self.delay = 0.0  # seconds every handler sleeps first: for client timeouts
+        self.silent: set[str] = set()  # apis whose requests are read and never answered
+        self._stopping = asyncio.Event()
         self._faults: list[int] = []  # statuses answered, non-JSON, to the next requests
         self._redirects: list[str] = []  # Location answered with 307 to the next requests
         self._runner: web.AppRunner | None = None
@@ -79,6 +81,7 @@ class FleetLockServer:
         await self.stop()
 
     async def stop(self) -> None:
+        self._stopping.set()  # ends the handlers that never answer, or cleanup waits for them
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -89,6 +92,11 @@ class FleetLockServer:
         async def handle(request: web.Request) -> web.StreamResponse:
             if self.delay:
                 await asyncio.sleep(self.delay)
+            if api in self.silent:
+                await request.read()
+                self.records.append(Record(api, None, None, 0, "unanswered"))
+                await self._stopping.wait()  # the client gives up first; then the server stops
+                return web.Response(status=503)
             if self._redirects:
                 self.records.append(Record(api, None, None, 307))
                 raise web.HTTPTemporaryRedirect(self._redirects.pop(0))

@@ -4,6 +4,7 @@ a time, with a scripted strategy so every gate answer is exact."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from agent.app.runtime import exit_code
 from agent.core.backoff import backoff
 from agent.core.policy import Allowlist
 from agent.follow.agent import HELD, FollowAgent, FollowOptions
+from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
 from agent.model.imageref import parse_image_ref
 from agent.observe.metrics import Metrics
@@ -48,6 +50,9 @@ class Scripted:
         return {"strategy": self.name}
 
 
+Report = Callable[[Host, Engine], Callable[[Outcome, dict[str, Any]], None]]
+
+
 @dataclass
 class Fleet:
     """One simulated host following TAG; `life()` is the next agent process."""
@@ -71,16 +76,18 @@ class Fleet:
         ref = self.sim.add_image(TAG, {"usr/lib/app/healthy": text, "usr/lib/build": name})
         return ref.split("@")[1]
 
-    def life(self, **options: Any) -> FollowAgent:
+    def life(self, report: Report | None = None, **options: Any) -> FollowAgent:
+        """The next agent process; `report(host, engine)` makes its reporter (default: one
+        that appends to `reports`)."""
         self.sim.boot()  # a new process starts after any pending reboot
         allowlist = Allowlist()
         host = self.sim.host(allowlist.allows)
         engine = Engine(host)
         opts = FollowOptions(parse_image_ref(TAG), interval=60, live_config=self.live_config,
                              **options)  # fmt: skip
-        return FollowAgent(host, engine, self.strategy, opts,
-                           lambda outcome, extra: self.reports.append((outcome, extra)),
-                           Metrics())  # fmt: skip
+        reporter = report(host, engine) if report else \
+            (lambda outcome, extra: self.reports.append((outcome, extra)))  # fmt: skip
+        return FollowAgent(host, engine, self.strategy, opts, reporter, Metrics())
 
     async def tick(self, **options: Any) -> Outcome:
         outcome, _ = await self.life(**options).tick()

@@ -30,6 +30,7 @@ import structlog
 
 from agent.core.backoff import backoff
 from agent.core.desired import Desired
+from agent.core.plan import Plan
 from agent.errors import HostError, InputError, describe_fault, fault_frames
 from agent.follow.live_config import desired_state
 from agent.host.ports import Host
@@ -87,6 +88,7 @@ class FollowAgent:
         self.failures = 0  # failed passes in a row (check, steady report), for the backoff
         self.latest: str | None = None  # the digest the tag pointed to at the last check
         self.decision: Decision | None = None
+        self.asking: str | None = None  # when the unanswered reboot request was sent
 
     # -- the loop ------------------------------------------------------------------------
     async def run(self) -> Outcome:
@@ -163,7 +165,8 @@ class FollowAgent:
             self.metrics.record_follow_check(False)
             check_error = f"cannot check {self.options.image} ({exc.kind}): {exc}"
             self.latest = None
-        failed = self.engine.journal.load().failed
+        journal = self.engine.journal.load()
+        failed = journal.failed
         new = self.latest not in (None, booted) and self.latest not in failed
         if not new:
             self.decision = None  # no reboot pending: no decision to show
@@ -179,9 +182,12 @@ class FollowAgent:
             return replace(outcome, state=DEGRADED, reason=check_error,
                            retryable=True), self._retry_wait()  # fmt: skip
         if self.latest in failed:
+            # Why it failed comes first, for as long as the host stays off that digest.
+            cause = journal.failed_causes.get(self.latest or "")
             reason = (f"{self.options.image} points to {self.latest}, which failed on this "
                       f"host before and is not staged again; running {booted} until the tag "
                       "moves on")  # fmt: skip
+            reason = f"{cause}; {reason}" if cause else reason
             return replace(outcome, state=DEGRADED, reason=reason), self._interval()
         if not new:
             if self.engine.prestaged():
@@ -224,7 +230,7 @@ class FollowAgent:
                 return Outcome(DEGRADED, reason, plan=plan, retryable=True), self._retry_wait()
             prestaged = PrestageResult("skipped", str(exc))  # staged at the reboot
         self.log.info("pre-stage", target=str(target), result=str(prestaged))
-        self.decision = await self.strategy.can_finalize()
+        self.decision = await self._ask_to_reboot(target, plan, prestaged)
         self.metrics.record_strategy(self.strategy, self.decision)
         d = self.decision
         self.log.info("can finalize", strategy=self.strategy.name, allowed=d.allowed,
@@ -249,6 +255,24 @@ class FollowAgent:
         wait = self._retry_wait() if outcome.retryable else self._interval()
         return outcome, wait
 
+    async def _ask_to_reboot(
+        self, target: ImageRef, plan: Plan, prestaged: PrestageResult
+    ) -> Decision:
+        """The strategy's answer. A lock manager may take up to its client's timeout (or
+        accept the connection and never answer): meanwhile the status says what is staged
+        and that the reboot waits for that answer, since when."""
+        self.decision = None
+        self.asking = _iso(time.time())
+        ready = "pre-pulled" if prestaged.outcome.endswith("pulled") else "staged"
+        ready = f"update to {target} waits" if prestaged.skipped else f"{ready} {target}"
+        reason = (f"{ready}; reboot waits for the {self.strategy.name} strategy's answer "
+                  f"(asked at {self.asking})")  # fmt: skip
+        self.report(Outcome(HELD, reason, plan=plan), self.status_extra(self.options.interval))
+        try:
+            return await self.strategy.can_finalize()
+        finally:
+            self.asking = None
+
     # -- status --------------------------------------------------------------------------
     def status_extra(self, wait: float) -> dict[str, Any]:
         """The follow part of /status and status.json."""
@@ -259,6 +283,7 @@ class FollowAgent:
                 "nextCheck": _iso(time.time() + wait),
                 "strategy": self.strategy.describe(),
                 "decision": self.decision.to_json() if self.decision else None,
+                "askedSince": self.asking,  # a reboot request still unanswered
                 "steadyReported": self.steady,
             }
         }

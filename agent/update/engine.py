@@ -205,6 +205,7 @@ class Engine:
                 target=str(desired.target) if desired.target else None,
                 previous=booted,
                 failed=rec.failed,
+                failed_causes=rec.failed_causes,
                 verified_pull=rec.verified_pull,
                 current_name=rec.current_name,
                 current_image=rec.current_image,
@@ -524,10 +525,11 @@ class Engine:
 
     async def _degrade(self, rec: Record, cause: str) -> Outcome:
         await self._revert_live()
-        failed = dict(rec.failed)
+        failed, causes = dict(rec.failed), dict(rec.failed_causes)
         if rec.target:
-            failed[parse_image_ref(rec.target).digest or ""] = rec.update_key or ""
-        self._save(rec.to(Phase.DEGRADED, cause=cause, failed=failed))
+            digest = parse_image_ref(rec.target).digest or ""
+            failed[digest], causes[digest] = rec.update_key or "", cause
+        self._save(rec.to(Phase.DEGRADED, cause=cause, failed=failed, failed_causes=causes))
         self.configs.drop_pending()
         self._event(f"degraded: {cause}")
         self._notice("rolled-back" if rec.phase == Phase.ROLLBACK_REBOOTING else "degraded",

@@ -52,6 +52,8 @@ class Record:
     reboots: int = 0  # reboots asked for during this update
     cause: str | None = None
     failed: dict[str, str] = field(default_factory=dict)  # digest -> update key it failed under
+    # digest -> why it failed (the rollback's cause), shown for as long as it is not retried
+    failed_causes: dict[str, str] = field(default_factory=dict)
     current_name: str | None = None
     current_image: str | None = None
     # A pool target staged locked ahead of this node's turn (idle phase only): the pinned ref,

@@ -413,7 +413,7 @@ async def test_stage_runs_in_a_named_unit_and_is_adopted_after_a_restart(
     standin.configure(progress_delay=0.5)  # four steps: the stage runs for about 2 s
     first_bus = user_manager.client()
     first = standin.adapter(tmp_path, runner=first_bus)
-    dying = asyncio.create_task(first.stage(ref(D2)))
+    dying = asyncio.create_task(first.stage(ref(D2), locked=True))
     for _ in range(100):  # until the stage unit runs, however loaded the machine is
         if (await first_bus.unit_state("image-mode-agent-stage.service")).running:
             break
@@ -429,7 +429,7 @@ async def test_stage_runs_in_a_named_unit_and_is_adopted_after_a_restart(
         assert state.running and state.description.endswith(f"{NAME}@{D2}")
         second = standin.adapter(tmp_path, runner=bus)
         seen: list[Progress] = []
-        await second.stage(ref(D2), seen.append)
+        await second.stage(ref(D2), seen.append, locked=True)
         assert len(standin.verb_calls("switch")) == 1  # adopted, not started twice
         assert seen and seen[-1].step == "staging 3/4"
         status = await second.status()

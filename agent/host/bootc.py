@@ -432,7 +432,10 @@ class Bootc:
         return staged.image.policy_enforced or not enforce
 
     async def _lockable(self, ref: str, enforce: bool) -> bool:
-        """Whether `ref` is staged unlocked as the whole spec a switch to it would set."""
+        """Whether `ref` is staged unlocked as the whole spec a switch to it would set. Not
+        while a stage unit runs: that one is adopted and followed."""
+        if (await self.runner.unit_state(self.unit)).running:
+            return False
         staged = (await self._status()).staged
         return (
             staged is not None

@@ -10,9 +10,10 @@ Layout of DIR:
   actions.log      one JSON line per unit action, command, layer pulled and reboot, in order
 
 It speaks one bootc release (`bootc_version` in host.json, default the newest persona of
-model/bootc_releases.py), with that release's capabilities and status fields: from 1.16.10
-every stage is locked (`switch --download-only`) and `unlock_staged()` (`bootc upgrade
---from-downloaded`) arms it; before, a stage is an ordinary staged deployment, and `pull()` (the
+model/bootc_releases.py), with that release's capabilities and status fields: from 1.16.10 a
+stage asked to be locked is `switch --download-only` and `unlock_staged()` (`bootc upgrade
+--from-downloaded`) arms it; a stage not asked to be locked, and every stage before 1.16.10 (a
+locked one is refused there), is an ordinary staged deployment; and `pull()` (the
 hidden `internals ostree-container image pull`) fetches an image into the repository without
 staging it. An image is LAYERS layers; a fetched layer stays cached, so a cancelled pull
 resumes where it stopped, until a stage completes: every stage prunes the images no deployment
@@ -522,7 +523,7 @@ class SimulatedBootc:
     def _log_fetched(self, digest: str, fetched: int, locked: bool) -> None:
         """One line per stage asked for: what it fetched from the registry and whether it was
         locked (`fetched DIGEST BYTES locked|unlocked`). A node's turn is the last stage of
-        its digest (`turn_fetched`); a pre-stage comes before it."""
+        its digest (`SimulatedHost.stages`); a pre-stage comes before it."""
         self.sim.log_action("fetched", f"{digest} {fetched} {'locked' if locked else 'unlocked'}")
 
     async def pull(

@@ -315,14 +315,16 @@ class Bootc:
                     "would boot the staged image",
                     kind="unsupported",
                 )
-            if await self._staged_already(image.digest or "", trust.enforce, locked):
+            digest = image.digest or ""
+            settled = await self._settled_status()
+            if settled is not None and _staged_as_asked(settled, digest, trust.enforce, locked):
                 return 0
-            if locked and await self._lockable(ref, trust.enforce):
+            if locked and settled is not None and _same_spec_unlocked(settled, ref, trust.enforce):
                 # A switch to the spec staged is a no-op ("Image specification is unchanged"):
                 # lock what is staged instead (bootc-versions.md §4, step 4; >= 1.12).
                 await self._run(["upgrade", "--download-only"], self.timeouts.unlock,
                                 "bootc upgrade --download-only")  # fmt: skip
-                if (await self._status()).staged_locked(image.digest or ""):
+                if (await self._status()).staged_locked(digest):
                     return 0
             argv = [self.bootc, "switch", "--transport", "registry"]
             if trust.enforce:
@@ -334,7 +336,7 @@ class Bootc:
             argv.append(ref)
             description = await self._start_or_adopt(ref, argv, trust)
             await self._follow(description, on_progress if caps.progress_fd else None)
-            if locked and not (await self._status()).staged_locked(image.digest or ""):
+            if locked and not (await self._status()).staged_locked(digest):
                 raise HostError(
                     f"bootc staged {ref} but not locked (download-only): any reboot would boot "
                     "it; the next stage replaces it",
@@ -415,35 +417,12 @@ class Bootc:
                 kind="signature",
             )
 
-    async def _staged_already(self, digest: str, enforce: bool, locked: bool) -> bool:
-        """Whether `digest` is staged, verified and locked as asked, and stays so. Not while a
-        stage unit runs: it may be replacing the staged deployment (a newer target), or be
-        ours to adopt and follow. A deployment staged unverified does not do for a stage that
-        must verify: bootc's spec includes the signature source, so that switch pulls and
-        verifies again. Nor does an unlocked one for a locked stage."""
+    async def _settled_status(self) -> BootcHost | None:
+        """bootc's status, when no stage unit runs; None while one does: it may be replacing
+        the staged deployment (a newer target), or be ours to adopt and follow."""
         if (await self.runner.unit_state(self.unit)).running:
-            return False
-        status = await self._status()
-        staged = status.staged
-        if staged is None or staged.image is None or staged.image.digest != digest:
-            return False
-        if locked and not status.staged_locked(digest):
-            return False
-        return staged.image.policy_enforced or not enforce
-
-    async def _lockable(self, ref: str, enforce: bool) -> bool:
-        """Whether `ref` is staged unlocked as the whole spec a switch to it would set. Not
-        while a stage unit runs: that one is adopted and followed."""
-        if (await self.runner.unit_state(self.unit)).running:
-            return False
-        staged = (await self._status()).staged
-        return (
-            staged is not None
-            and staged.image is not None
-            and not staged.download_only
-            and staged.image.image == ref
-            and staged.image.policy_enforced == enforce
-        )
+            return None
+        return await self._status()
 
     def _paths(self, what: tuple[str, ...] = ("stderr", "progress")) -> tuple[Path, ...]:
         """Files beside the stage (stderr, progress by default) as the command sees them,
@@ -576,3 +555,29 @@ def _read_text(path: Path) -> str:
         return path.read_text(errors="replace")
     except FileNotFoundError:
         return ""
+
+
+def _staged_as_asked(status: BootcHost, digest: str, enforce: bool, locked: bool) -> bool:
+    """Whether `digest` is staged, verified and locked as a stage asks. A deployment staged
+    unverified does not do for a stage that must verify: bootc's spec includes the signature
+    source, so that switch pulls and verifies again. Nor does an unlocked one for a locked
+    stage."""
+    staged = status.staged
+    if staged is None or staged.image is None or staged.image.digest != digest:
+        return False
+    if locked and not status.staged_locked(digest):
+        return False
+    return staged.image.policy_enforced or not enforce
+
+
+def _same_spec_unlocked(status: BootcHost, ref: str, enforce: bool) -> bool:
+    """Whether `ref` is staged unlocked as the whole spec a switch to it would set: that
+    switch would change nothing, so only `upgrade --download-only` can lock it."""
+    staged = status.staged
+    return (
+        staged is not None
+        and staged.image is not None
+        and not staged.download_only
+        and staged.image.image == ref
+        and staged.image.policy_enforced == enforce
+    )

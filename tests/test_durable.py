@@ -156,11 +156,9 @@ async def probe_writes(tmp_path: Path) -> list[tuple[str, int]]:
         seen.append((path.name, 1 + sum(1 for name, _ in seen if name == path.name)))
         real(path, data, mode)
 
-    durable.write_atomic = recording  # type: ignore[assignment]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(durable, "write_atomic", recording)
         await world.converge(world.desired("r2", "v2", keys=["ssh-ed25519 AAAA-two"]))
-    finally:
-        durable.write_atomic = real  # type: ignore[assignment]
     return [(name, n) for name, n in seen if name in ("journal.json", "current-config",
                                                       "pending-config")]  # fmt: skip
 

@@ -237,13 +237,13 @@ class FollowAgent:
                       reason=d.reason, lock_held=d.lock_held,
                       next_window=d.next_window.isoformat() if d.next_window else None)  # fmt: skip
         if not self.decision.allowed:
+            ready, held = _ready(target, prestaged), self.decision.reason
             if prestaged.skipped:
-                reason = f"update to {target} waits: {self.decision.reason} ({prestaged})"
+                reason = f"{ready}: {held} ({prestaged})"
             elif prestaged.outcome.endswith("pulled"):
-                reason = (f"pre-pulled {target}; reboot held: {self.decision.reason} "
-                          f"({prestaged.note})")  # fmt: skip
+                reason = f"{ready}; reboot held: {held} ({prestaged.note})"
             else:
-                reason = f"staged {target}; reboot held: {self.decision.reason}"
+                reason = f"{ready}; reboot held: {held}"
             wait = self.decision.retry_after if self.decision.retry_after is not None \
                 else self._interval()  # fmt: skip
             return Outcome(HELD, reason, plan=plan), max(1.0, wait)
@@ -263,10 +263,8 @@ class FollowAgent:
         and that the reboot waits for that answer, since when."""
         self.decision = None
         self.asking = _iso(time.time())
-        ready = "pre-pulled" if prestaged.outcome.endswith("pulled") else "staged"
-        ready = f"update to {target} waits" if prestaged.skipped else f"{ready} {target}"
-        reason = (f"{ready}; reboot waits for the {self.strategy.name} strategy's answer "
-                  f"(asked at {self.asking})")  # fmt: skip
+        reason = (f"{_ready(target, prestaged)}; reboot waits for the {self.strategy.name} "
+                  f"strategy's answer (asked at {self.asking})")  # fmt: skip
         self.report(Outcome(HELD, reason, plan=plan), self.status_extra(self.options.interval))
         try:
             return await self.strategy.can_finalize()
@@ -293,6 +291,13 @@ class FollowAgent:
         if closer is not None:
             with contextlib.suppress(Exception):
                 await closer()
+
+
+def _ready(target: ImageRef, prestaged: PrestageResult) -> str:
+    """How far the update got before the strategy's answer, as a reason begins."""
+    if prestaged.skipped:
+        return f"update to {target} waits"
+    return f"{'pre-pulled' if prestaged.outcome.endswith('pulled') else 'staged'} {target}"
 
 
 def _iso(epoch: float) -> str:

@@ -56,8 +56,12 @@ def fetched_at_turn(pool: HostedPool, node: str) -> list[int]:
     """Bytes each turn of `node` fetched (the last stage of each digest; any before it were
     pre-stages), in the order of the turns."""
     sim = pool.nodes[node].sim
-    digests = [a["detail"].split()[0] for a in sim.actions() if a["kind"] == "fetched"]
-    turns = sorted(set(digests), key=lambda d: len(digests) - digests[::-1].index(d))
+    turns: dict[str, None] = {}  # each digest where its last stage came
+    for action in sim.actions():
+        if action["kind"] == "fetched":
+            digest = action["detail"].split()[0]
+            turns.pop(digest, None)
+            turns[digest] = None
     return [sim.stages(digest)[-1][0] for digest in turns]
 
 

@@ -25,7 +25,9 @@ from agent.cluster import kubeconfig as kc
 from agent.cluster import mcn as M
 from agent.cluster.certs import certificates, rotate_if_published, write_certificates
 from agent.cluster.drain import Drainer, DrainHandshake, DrainTimeout, SelfDrain
+from agent.cluster.drift import DriftGuard
 from agent.cluster.events import EventRecorder
+from agent.cluster.handover import McdRecord
 from agent.cluster.kube import (
     CONTROLLERCONFIGS,
     MACHINECONFIGS,
@@ -40,9 +42,15 @@ from agent.cluster.passes import PassLoop
 from agent.cluster.prestager import PoolTarget, PrestageOptions, Prestager
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
-from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
+from agent.core.policy import (
+    BUILTIN_POLICY,
+    FORCE_FILE,
+    Allowlist,
+    policy_from_machine_configuration,
+)
 from agent.errors import HostError, InputError, parsing
 from agent.host.ports import Host
+from agent.model.etc_drift import DEFAULT_ETC_IGNORE
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
@@ -85,6 +93,7 @@ class ClusterOptions:
     max_boot_attempts: int = 1
     soft_reboot: bool = False
     prestage: PrestageOptions = field(default_factory=PrestageOptions)
+    etc_ignore: tuple[str, ...] = DEFAULT_ETC_IGNORE  # /etc paths that are never drift
 
 
 class ClusterAgent:
@@ -133,11 +142,17 @@ class ClusterAgent:
         self._on_progress = ProgressReporter(self._report_progress, self.board.metrics,
                                              enabled=not options.dry_run, log=self.log)  # fmt: skip
         hooks = Hooks(before_disruption=self._before_reboot, progress=self._on_progress,
-                      notice=self.board.metrics.notice,
-                      checkpoint=self.steps.on_checkpoint)  # fmt: skip
+                      notice=self.board.metrics.notice, checkpoint=self.steps.on_checkpoint,
+                      committing=self._hand_back)  # fmt: skip
+        # The MCD's on-disk config: taken as the current config where the MCD left one, and
+        # kept current after each update for an MCD that takes the node back.
+        self.mcd_record = McdRecord(host.files)
         self.engine = Engine(host, policy=allowlist.policy, hooks=hooks,
                              max_boot_attempts=options.max_boot_attempts,
-                             soft_reboot=options.soft_reboot)  # fmt: skip
+                             soft_reboot=options.soft_reboot,
+                             external_current=self.mcd_record.config)  # fmt: skip
+        self.drift = DriftGuard(host, self.events, self.board.metrics, self.wakeup.set,
+                                etc_ignore=options.etc_ignore)  # fmt: skip
         self.prestager: Prestager | None = None
         if options.prestage.mode == "pool" and not options.dry_run:
             source = PoolTarget(api, self.node, self.events, self._pool_desired,
@@ -184,6 +199,7 @@ class ClusterAgent:
                             self.log)  # fmt: skip
             return await loop.run()
         finally:
+            await self.drift.stop()
             await self.mcn.close()  # bounded: what a reboot or a stop left queued
             await self._on_progress.close()
             for task in self._tasks:
@@ -208,6 +224,7 @@ class ClusterAgent:
             "currentImage": node.get(A.CURRENT_IMAGE),
             "desiredImage": node.get(A.DESIRED_IMAGE),
             "prestaged": prestaged,
+            "validation": self.drift.last.to_json() if self.drift.last else None,
         })  # fmt: skip
 
     # -- one pass ----------------------------------------------------------------------------
@@ -258,18 +275,64 @@ class ClusterAgent:
         await self._adopt_current(node, desired_name)
         journal = self.engine.journal.load()
         settled = node.is_done() and journal.update_key == desired.key
-        if settled and str(journal.phase) == "idle":
-            self.mcn.record(M.updated(self.name))  # as the MCD on every pass with nothing to do
-            return None
         if self.options.dry_run:
-            outcome = await self.engine.reconcile(desired, dry_run=True)
-            self.log.info("dry run", plan=outcome.plan.to_json() if outcome.plan else None)
+            if not (settled and str(journal.phase) == "idle"):
+                outcome = await self.engine.reconcile(desired, dry_run=True)
+                self.log.info("dry run", plan=outcome.plan.to_json() if outcome.plan else None)
             return None
+        force = journal.phase not in IN_FLIGHT and await self.drift.forced()
+        if force:
+            self.log.info(f"Skipping on-disk validation; {FORCE_FILE} present")
+        elif journal.phase not in IN_FLIGHT:
+            idle = settled and str(journal.phase) == "idle"
+            blocked = await self._check_host(node, desired, journal, settled=idle)
+            if blocked is not None:
+                return blocked
+            if idle:
+                self.mcn.record(M.updated(self.name))  # as the MCD on every pass with nothing to do
+                return None
+        await self.drift.stop()  # the update's own writes are not drift
         paused = self.prestager.paused() if self.prestager else contextlib.nullcontext()
         async with paused:  # a pre-stage never runs beside the update (bootc's one lock)
-            return await self._update(node, desired, journal)
+            outcome = await self._update(node, desired, journal, force=force)
+        if force:
+            await self.drift.consume_force()
+        return outcome
 
-    async def _update(self, node: A.NodeView, desired: Desired, journal: Record) -> Outcome:
+    async def _check_host(
+        self, node: A.NodeView, desired: Desired, journal: Record, *, settled: bool
+    ) -> Outcome | None:
+        """Validate the host against its current config when it is due (drift.py); a
+        finding that an update cannot go past is reported Degraded and ends the pass (a
+        drift event or a Node change brings the next one)."""
+        if settled and not self.drift.due():
+            return None
+        # Only a config recorded on the host is checked: one this agent committed, or the
+        # MCD's. A Node's currentConfig adopted on a first start says what the cluster
+        # thinks, not what was ever written here.
+        if journal.current_name is None and self.mcd_record.config() is None:
+            return None
+        current = self.engine.current_config()
+        if current is None:
+            return None
+        image = (journal.current_image or self.mcd_record.image()
+                 or node.get(A.CURRENT_IMAGE) or current.os_image_url)  # fmt: skip
+        target = desired.target.digest if desired.target else None
+        reason = await self.drift.check(
+            current, self.engine.policy, image, before_update=not settled,
+            # Only an update ahead stages the target again (drained, at the controller's
+            # pace); a settled node running another image is reported, never rebooted.
+            image_changes=lambda booted: not settled and target is not None and target != booted,
+        )  # fmt: skip
+        if reason is None:
+            return None
+        if node.get(A.STATE) != DEGRADED or node.get(A.REASON) != reason:
+            await self._set_state(DEGRADED, reason)
+        return Outcome(DEGRADED, reason)
+
+    async def _update(
+        self, node: A.NodeView, desired: Desired, journal: Record, *, force: bool = False
+    ) -> Outcome:
         stuck = journal.update_key == desired.key and str(journal.phase) in (
             "degraded",
             "unreconcilable",
@@ -285,7 +348,7 @@ class ClusterAgent:
             await self._set_state("Working", "")
         self.steps.begin(str(journal.phase))
         try:
-            outcome = await self.engine.reconcile(desired)
+            outcome = await self.engine.reconcile(desired, force=force)
         except DrainTimeout as exc:
             self._retrying = desired.key
             self.log.warning("update failed; retrying", error=str(exc))
@@ -415,6 +478,14 @@ class ClusterAgent:
         await self.events.emit("Reboot", f"Node will reboot into config {name}")
         self.mcn.record(M.healthy(self.name))  # the MCD's update() returns with the reboot queued
         await self.mcn.flush(_MCN_FLUSH_TIMEOUT)
+
+    async def _hand_back(self, config_name: str, document: bytes) -> None:
+        """Before an update's config becomes current: the MCD's on-disk config says it, in the
+        MCD's format, from the rendered object as the API server has it."""
+        rendered = await self.rendered.get(config_name) if config_name else None
+        image = A.NodeView.of(self.node.obj or {}).get(A.DESIRED_IMAGE)
+        if await asyncio.to_thread(self.mcd_record.write, rendered, document, image):
+            self.log.info("MCD on-disk config written", config=config_name, image=image or "")
 
     # -- inputs --------------------------------------------------------------------------------
     async def _adopt_current(self, node: A.NodeView, desired_name: str) -> None:

@@ -248,9 +248,13 @@ def plan_update(
     target: ImageRef | None,
     policy: LivePolicy = BUILTIN_POLICY,
     failed_digests: frozenset[str] = frozenset(),
+    rewrite_live: bool = False,
 ) -> Plan:
     """Decide how to reach `desired`. `current=None` is a first start: the booted image is taken
-    to carry the desired image content, so only the live part is applied."""
+    to carry the desired image content, so only the live part is applied. `rewrite_live`: the
+    current config is only what the cluster says (adopted, never written on this host), so it
+    decides what is refused and what is image content, but every live file of `desired` is
+    written, as on a first start."""
     first_start = current is None
     baseline = desired if first_start else current
     assert baseline is not None
@@ -262,9 +266,16 @@ def plan_update(
             "refused", target_image=target_text, reasons=tuple(f"{head}: {r}" for r in refusals)
         )
 
-    live_base = empty_machine_config() if first_start else baseline
+    live_base = empty_machine_config() if first_start or rewrite_live else baseline
     diff = diff_configs(live_base, desired)
     split = _split_changes(live_base, desired, diff, policy)
+    if rewrite_live and not first_start:
+        image_diff = diff_configs(baseline, desired)
+        image_split = _split_changes(baseline, desired, image_diff, policy)
+        split.image_files, split.image_units = image_split.image_files, image_split.image_units
+        written = {step.path for step in split.live}  # what the baseline loses goes too
+        split.live.extend(step for step in image_split.live if step.path not in written)
+        diff = image_diff
     categories: list[str] = []
     reasons: list[str] = []
     if not first_start:

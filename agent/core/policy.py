@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.errors import InputError
+from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH
 
 PULL_SECRET = "/var/lib/kubelet/config.json"
 BOOTC_AUTH = "/run/ostree/auth.json"
@@ -170,6 +171,9 @@ def policy_from_machine_configuration(obj: Any) -> LivePolicy | None:
 
 
 CERTS_DIR = "/etc/docker/certs.d/"
+# Not the live allowlist, but the files that hand a node between the MCD and this agent
+# (model/mcd_disk.py), and the force file the agent removes once it has acted on it.
+HANDOVER_PATHS = frozenset({CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, FORCE_FILE})
 LIVE_DIRS = frozenset({"/home/core/.ssh", "/home/core/.ssh/authorized_keys.d"})
 _FIXED_LIVE_PATHS = frozenset(
     {SSH_KEYS_PATH, SHADOW_PATH, BOOTC_AUTH, KUBELET_CA, CLOUD_CA, INTERNAL_PULL_SECRET,
@@ -189,7 +193,7 @@ class Allowlist:
         and set the mode and owner of (only the SSH key's parents)."""
         if path.endswith("/"):
             return path.rstrip("/") in LIVE_DIRS
-        if path in _FIXED_LIVE_PATHS or path.startswith(CERTS_DIR):
+        if path in _FIXED_LIVE_PATHS or path in HANDOVER_PATHS or path.startswith(CERTS_DIR):
             return True
         if self.policy.file_actions(path) is not None:
             return True

@@ -81,6 +81,7 @@ class BootcTimeouts:
     rollback: float = 300.0
     check: float = 300.0  # `upgrade --check` fetches a manifest and a config
     pull: float = 3600.0  # a pre-pull fetches the whole image, as a stage does
+    config_diff: float = 60.0  # `ostree admin config-diff` reads /etc and /usr/etc
 
 
 def progress_from_event(line: str) -> Progress | None:
@@ -541,6 +542,26 @@ class Bootc:
                 await asyncio.sleep(self._poll)
         finally:
             feed()
+
+    async def config_diff(self) -> str:
+        """`ostree admin config-diff` of the booted deployment, run where bootc runs (behind
+        the same prefix), so it sees the host's /etc. Kind `unsupported` with no ostree."""
+        argv = [*self._prefix, self.ostree, "admin", "config-diff"]
+        # GLib prints names as they are only under a UTF-8 locale (under C: `?` or
+        # "[Invalid UTF-8]"); model/etc_drift.py reads the bytes back.
+        env = {**self._direct_env(), "LC_ALL": "C.UTF-8"}
+        try:
+            result = await run_process(argv, self.timeouts.config_diff, env)
+        except FileNotFoundError:
+            raise HostError(f"no {self.ostree} on this host", kind="unsupported") from None
+        stderr = result.stderr.decode(errors="replace").strip()
+        if result.status is None:
+            raise HostError(f"ostree admin config-diff timed out after "
+                            f"{self.timeouts.config_diff:.0f} s", kind="timeout")  # fmt: skip
+        if result.status != 0:
+            raise HostError(f"ostree admin config-diff failed (exit {result.status}): "
+                            f"{stderr[-300:]}", kind="other")  # fmt: skip
+        return result.stdout.decode(errors="surrogateescape")
 
     async def cancel_stage(self) -> None:
         """Stop a running stage unit (the waiting `stage()` then raises kind `cancelled`)."""

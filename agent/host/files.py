@@ -19,6 +19,7 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from agent.core.validate import FileFacts
 from agent.errors import HostError
 from agent.model.ignition import MAX_ID, Owner
 
@@ -322,6 +323,26 @@ class RootedFiles:
         except FileNotFoundError:
             return None
         return stat.S_IMODE(kind) if kind is not None and stat.S_ISREG(kind) else None
+
+    def inspect(self, path: str) -> FileFacts | None:
+        """A path as lstat sees it (a symlink is not followed), with a regular file's bytes;
+        None when absent. For on-disk validation: nothing is opened but a regular file, and a
+        symlink or a file where one of the path's directories should be is a HostError."""
+        try:
+            with (
+                _io_errors("inspect", path, absent_ok=True),
+                self._parent(path, create=False) as (dirfd, name),
+            ):
+                info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        contents = self.read(path) if stat.S_ISREG(info.st_mode) else None
+        return FileFacts(info.st_mode, info.st_uid, info.st_gid, contents)
+
+    def owner_ids(self, user: Owner, group: Owner) -> tuple[int, int] | None:
+        """The numeric owner a write with `user` and `group` gives; None where writes set no
+        owner (a simulated host run unprivileged)."""
+        return (self._uid(user), self._gid(group)) if self._set_owner else None
 
     def list_dir(self, path: str) -> list[str]:
         """Names in a directory (symlink-safe), empty when it does not exist."""

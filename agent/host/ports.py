@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.core.trust import StageTrust
+from agent.core.validate import FileFacts
 from agent.model.bootc_caps import Capabilities
 from agent.model.bootc_status import BootcHost
 from agent.model.checks import CheckReport
@@ -58,6 +59,14 @@ class FilesPort(Protocol):
     def list_dir(self, path: str) -> list[str]: ...
 
     def remove_dir(self, path: str) -> None: ...
+
+    def inspect(self, path: str) -> FileFacts | None:
+        """lstat of `path` and a regular file's bytes, for on-disk validation; None: absent."""
+        ...
+
+    def owner_ids(self, user: Owner, group: Owner) -> tuple[int, int] | None:
+        """The numeric owner a write gives; None where writes set no owner."""
+        ...
 
 
 class BootcPort(Protocol):
@@ -129,6 +138,12 @@ class BootcPort(Protocol):
         (and prepare a soft reboot when `soft`). Returns whether bootc was asked anything."""
         ...
 
+    async def config_diff(self) -> str:
+        """What `ostree admin config-diff` prints for the booted deployment: the live /etc
+        against the image's defaults in /usr/etc (model/etc_drift.py parses it). HostError
+        kind `unsupported` where the host has no ostree to ask."""
+        ...
+
 
 class TagResolving(Protocol):
     async def resolve(self, image: ImageRef) -> str:
@@ -151,6 +166,11 @@ class SystemPort(Protocol):
 
     async def reboot(self, *, soft: bool = False) -> None:
         """Ask for a reboot. Returns once it is requested; the process ends with the boot."""
+        ...
+
+    async def unit_file_state(self, name: str) -> str:
+        """The unit file's state in `systemctl is-enabled`'s words (`enabled`, `disabled`,
+        `masked`, `static`, ..., `not-found` for no such unit)."""
         ...
 
 

@@ -46,9 +46,11 @@ from agent.core.trust import StageTrust, admitted
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.durable import read_json, write_json
+from agent.host.etc_diff import simulated_config_diff
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback
+from agent.host.unit_files import unit_file_state
 from agent.model.bootc_caps import REPO, Capabilities, pull_imgref, release_capabilities
 from agent.model.bootc_check import check_argv
 from agent.model.bootc_releases import DEFAULT_PERSONA, features_of
@@ -134,7 +136,9 @@ class SimulatedHost:
         if (base / "host.json").exists():
             raise HostError(f"{base} already holds a simulated host", kind="input")
         sim = cls(base)
-        for folder, perm in (("etc", 0o755), ("var/home/core", 0o700), ("var/lib", 0o755),
+        # /usr/etc: where ostree keeps the image's /etc defaults (the 3-way merge's base).
+        for folder, perm in (("etc", 0o755), ("usr/etc", 0o755), ("run", 0o755),
+                             ("var/home/core", 0o700), ("var/lib", 0o755),
                              ("var/roothome", 0o700)):  # fmt: skip
             (sim.root / folder).mkdir(parents=True, exist_ok=True)
             (sim.root / folder).chmod(perm)
@@ -678,6 +682,11 @@ class SimulatedBootc:
         self.sim.log_action("bootc", "upgrade --from-downloaded")
         return True
 
+    async def config_diff(self) -> str:
+        """What ostree would print for this host: root/usr/etc holds the booted image's /etc
+        defaults, as `_lay_image_files` lays them."""
+        return await asyncio.to_thread(simulated_config_diff, self.sim.root)
+
     async def rollback(self) -> None:
         state = self.sim._state()
         if state.get("rollback_fails"):
@@ -706,6 +715,9 @@ class SimulatedSystem:
 
     async def perform(self, action: str) -> None:
         self.sim.log_action("unit", action)
+
+    async def unit_file_state(self, name: str) -> str:
+        return unit_file_state(self.sim.root, name)
 
     async def reboot(self, *, soft: bool = False) -> None:
         state = self.sim._state()

@@ -45,6 +45,11 @@ _NO_PROPERTY = (
     "org.freedesktop.DBus.Error.UnknownProperty",
     "org.freedesktop.DBus.Error.InvalidArgs",
 )
+_NO_UNIT_FILE = (
+    "org.freedesktop.DBus.Error.FileNotFound",
+    "System.Error.ENOENT",
+    "org.freedesktop.systemd1.NoSuchUnit",
+)
 # Jobs whose JobRemoved arrived before the caller looked: kept briefly, bounded.
 _MAX_EARLY_JOBS = 256
 # The D-Bus signature of unit properties callers may pass as plain Python values (modules
@@ -323,6 +328,17 @@ class Systemd:
             exec_main_status=int(service.get("ExecMainStatus", 0)),
             description=str(unit.get("Description", "")),
         )
+
+    async def unit_file_state(self, name: str) -> str:
+        """Manager.GetUnitFileState, in `systemctl is-enabled`'s words; `not-found` for a unit
+        with no unit file (systemd answers ENOENT as FileNotFound)."""
+        try:
+            (state,) = await self._manager("GetUnitFileState", "s", unit_name(name))
+        except DBusCallError as exc:
+            if exc.name in _NO_UNIT_FILE:
+                return "not-found"
+            raise
+        return str(state)
 
     async def wait_unit_finished(self, name: str, timeout: float) -> UnitState:
         """Wait until the unit is no longer starting or running; PropertiesChanged wakes us,

@@ -23,6 +23,11 @@ class Metrics:
                                       registry=r)  # fmt: skip
         self.pivot_errors = Gauge("mcd_pivot_errors_total", "Staging failures since the last "
                                   "success (a gauge, as the MCD's)", registry=r)  # fmt: skip
+        self.config_drift = Gauge("mcd_config_drift", "When the on-disk drift now reported "
+                                  "was found (0: none)", registry=r)  # fmt: skip
+        self.validated = Gauge("image_mode_agent_validation_timestamp_seconds", "When the "
+                               "host was last validated against its current config, by result",
+                               ["result"], registry=r)  # fmt: skip
         self.phase = Gauge("image_mode_agent_phase", "1 for the journal's current phase",
                            ["phase"], registry=r)  # fmt: skip
         self.staging_bytes = Gauge("image_mode_agent_staging_bytes", "Staging progress",

@@ -14,6 +14,7 @@ drops it once done (a revert that cannot read it stops before the drop)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.errors import HostError, InputError, parsing
@@ -27,9 +28,18 @@ def parse_config(data: bytes, default_name: str = "") -> MachineConfig:
 
 
 class ConfigStore:
-    def __init__(self, state_dir: Path) -> None:
+    """`external`: another record of the current config, which wins when it differs from this
+    store's (cluster mode: the MCD's on-disk config, as the MCD takes its own file as truth
+    over the Node; it differs only when the MCD ran on the host after this agent, since the
+    agent writes it before its own at every commit). It returns the document and the path
+    it read (for messages), or None when there is none."""
+
+    def __init__(
+        self, state_dir: Path, external: Callable[[], tuple[bytes, str] | None] | None = None
+    ) -> None:
         self.current_path = state_dir / "current-config"
         self.pending_path = state_dir / "pending-config"
+        self.external = external
 
     @staticmethod
     def _bytes(path: Path) -> bytes | None:
@@ -54,7 +64,17 @@ class ConfigStore:
         return None if data is None else self._parse(path, data)
 
     def current(self) -> MachineConfig | None:
-        return self._read(self.current_path)
+        own = self._read(self.current_path)
+        found = self.external() if self.external is not None else None
+        if found is None:
+            return own
+        data, where = found
+        theirs = self._parse(Path(where), data)
+        return theirs if own != theirs else own
+
+    def has_external(self) -> bool:
+        """Whether the other record of the current config (see the class) holds one."""
+        return self.external is not None and self.external() is not None
 
     def current_document(self) -> bytes | None:
         """The current config's bytes as recorded (None: none recorded yet)."""

@@ -74,6 +74,9 @@ class Hooks:
     # (kind, text) for counters: staged, stage-failed, reboot-failed, committed, rolled-back,
     # degraded; `seconds` is the update's duration when it ends.
     notice: Callable[[str, str, float | None], None] = lambda kind, text, seconds: None
+    # (config name, document) just before an update's config becomes the current one: cluster
+    # mode keeps the MCD's on-disk config current there (a coroutine is awaited).
+    committing: Callable[[str, bytes], object] | None = None
 
 
 class Engine:
@@ -85,6 +88,7 @@ class Engine:
         max_boot_attempts: int = 1,
         hooks: Hooks | None = None,
         soft_reboot: bool = False,
+        external_current: Callable[[], tuple[bytes, str] | None] | None = None,
     ) -> None:
         self.host = host
         self.policy = policy
@@ -92,7 +96,7 @@ class Engine:
         self.soft_reboot = soft_reboot
         self.hooks = hooks or Hooks()
         self.journal = Journal(host.state_dir / "journal.json")
-        self.configs = ConfigStore(host.state_dir)
+        self.configs = ConfigStore(host.state_dir, external_current)
         self.log = structlog.get_logger("engine").bind(root=str(host.root))
 
     # -- stored configs ------------------------------------------------------------------
@@ -139,13 +143,19 @@ class Engine:
             return None
 
     # -- entry point ---------------------------------------------------------------------
-    async def reconcile(self, desired: Desired, *, dry_run: bool = False) -> Outcome:
-        """Move the host one whole update toward `desired`, or finish the one in flight."""
+    async def reconcile(
+        self, desired: Desired, *, dry_run: bool = False, force: bool = False
+    ) -> Outcome:
+        """Move the host one whole update toward `desired`, or finish the one in flight.
+        `force` (the MCD's force file): plan as on a first start, from no recorded config, so
+        every live file of `desired` is written again and its image staged if not booted."""
         rec = self.journal.load()
         if dry_run:
             return await self._dry_run(rec, desired)
         if rec.phase in IN_FLIGHT:
             return await self._resume(rec)
+        if force:
+            return await self._start(rec, desired, force=True)
         if (
             rec.phase == Phase.DEGRADED
             and rec.update_key == desired.key
@@ -154,17 +164,24 @@ class Engine:
             return Outcome(DEGRADED, rec.cause or "", current_config=rec.current_name)
         return await self._start(rec, desired)
 
-    async def _plan(self, desired: Desired, rec: Record) -> tuple[Plan, BootcHost]:
+    async def _plan(
+        self, desired: Desired, rec: Record, *, force: bool = False
+    ) -> tuple[Plan, BootcHost]:
         status = await self.host.bootc.status()
         failed = frozenset(d for d, key in rec.failed.items() if key == desired.key)
+        current = None if force else self.current_config()
         plan = plan_update(
-            self.current_config(),
+            current,
             desired.config,
             booted=self._booted_ref(status),
             target=desired.target,
             policy=self.policy,
             failed_digests=failed,
-        )
+            # Adopted from the cluster and never validated here: nothing says its live
+            # files were ever written on this host.
+            rewrite_live=current is not None and rec.current_name is None
+            and not self.configs.has_external(),
+        )  # fmt: skip
         return plan, status
 
     async def plan(self, desired: Desired) -> Plan:
@@ -177,19 +194,17 @@ class Engine:
         note = f"dry run: journal phase {rec.phase}; would {plan.verdict}"
         return Outcome(WORKING, note, plan=plan, current_config=rec.current_name)
 
-    async def _start(self, rec: Record, desired: Desired) -> Outcome:
-        plan, status = await self._plan(desired, rec)
+    async def _start(self, rec: Record, desired: Desired, *, force: bool = False) -> Outcome:
+        plan, status = await self._plan(desired, rec, force=force)
         name = desired.config.name
         if plan.verdict == "refused":
             reason = "; ".join(plan.reasons)
             self._save(rec.to(Phase.UNRECONCILABLE, update_key=desired.key, cause=reason))
             return Outcome(UNRECONCILABLE, reason, plan=plan, current_config=rec.current_name)
         current = self.current_config()
-        if (
-            plan.verdict == "none"
-            and current is not None
-            and current.fingerprint == (desired.config.fingerprint)
-        ):
+        # Compared by content: the same config read from the MCD's file and from the API
+        # server differ in their metadata, not in what the host runs.
+        if plan.verdict == "none" and current is not None and current == desired.config:
             if rec.phase != Phase.IDLE or rec.update_key != desired.key:
                 rec = self._save(rec.to(Phase.IDLE, cause=None, update_key=desired.key))
             return Outcome(DONE, plan=plan, current_config=rec.current_name,
@@ -349,6 +364,10 @@ class Engine:
 
     async def _commit(self, rec: Record, plan: Plan | None = None) -> Outcome:
         rec = self._save(rec)
+        if self.hooks.committing is not None:
+            result = self.hooks.committing(rec.config_name or "", self.configs.pending_document())
+            if asyncio.iscoroutine(result):
+                await result
         self.configs.commit()
         self._did("commit")
         rec = self._save(

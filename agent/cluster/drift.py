@@ -1,0 +1,108 @@
+"""When cluster mode validates the host, and how it says what it found: at the first pass
+after a start, before each update, on every drift monitor event and after each update,
+against the current config (reference/mco-daemon.md §3.3-3.4).
+
+A finding is reported as the MCD reports it: the Node Degraded with "unexpected on-disk state
+validating against <config>: ...", a Warning Event (`OnDiskStateValidationFailed` at a start,
+`PreflightConfigDriftCheckFailed` before an update, `ConfigDriftDetected` from the monitor),
+and `mcd_config_drift` set to when it was found. It heals when the host is right again: the
+next validation is clean and the Node goes back to Done. `/run/machine-config-daemon-force`
+skips the validation and re-applies the config (engine `force`), then is removed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import structlog
+
+from agent.cluster.events import EventRecorder
+from agent.core.policy import FORCE_FILE, LivePolicy
+from agent.core.validate import Expectations, drift_reason
+from agent.host.ports import Host
+from agent.model.etc_drift import DEFAULT_ETC_IGNORE
+from agent.model.machineconfig import MachineConfig
+from agent.observe.metrics import Metrics
+from agent.update.drift_monitor import DriftMonitor, image_etc_files
+from agent.update.validator import Validation, Validator
+
+
+class DriftGuard:
+    def __init__(self, host: Host, events: EventRecorder, metrics: Metrics,
+                 wakeup: Callable[[], None], *,
+                 etc_ignore: tuple[str, ...] = DEFAULT_ETC_IGNORE) -> None:  # fmt: skip
+        self.host, self.events, self.metrics = host, events, metrics
+        self.validator = Validator(host, etc_ignore=etc_ignore)
+        self.monitor = DriftMonitor(host.root, self._changed)
+        self._wakeup = wakeup
+        self._dirty = True  # validate at the first pass
+        self._from_monitor = False
+        self._validated = False  # since this process started
+        self._reported: str | None = None  # the drift reason the Node has now
+        self._found_at = 0.0
+        self.log = structlog.get_logger("drift")
+
+    @property
+    def last(self) -> Validation | None:
+        return self.validator.last
+
+    def _changed(self) -> None:
+        self._dirty, self._from_monitor = True, True
+        self._wakeup()
+
+    def due(self) -> bool:
+        """Whether a settled node needs validating: after a start, a drift event, or while
+        no monitor runs (after an update, or after the monitor gave up)."""
+        return self._dirty or not self.monitor.running
+
+    async def forced(self) -> bool:
+        return await asyncio.to_thread(self.host.files.read, FORCE_FILE) is not None
+
+    async def consume_force(self) -> None:
+        await asyncio.to_thread(self.host.files.delete, FORCE_FILE)
+        self.log.info(f"{FORCE_FILE} acted on and removed")
+
+    async def check(
+        self, config: MachineConfig, policy: LivePolicy, image: str | None, *,
+        before_update: bool, image_changes: Callable[[str | None], bool],
+    ) -> str | None:  # fmt: skip
+        """Validate, report what is new, watch again; the Degraded reason when the host
+        differs in a way an update must not go past, else None. `image_changes(booted
+        digest)`: whether the update ahead stages an image other than the booted one (then a
+        booted image other than the recorded one does not block it: the update ends it)."""
+        # The MCD's three: at its start, before an update, and from its monitor (here also
+        # a settled node's check after an update, which is what the monitor would see).
+        if not self._validated:
+            event = "OnDiskStateValidationFailed"
+        elif before_update and not self._from_monitor:
+            event = "PreflightConfigDriftCheckFailed"
+        else:
+            event = "ConfigDriftDetected"
+        self._dirty = self._from_monitor = False
+        expected = self.validator.expected(config, policy, image)
+        self.watch(expected)  # first: what changes while this validates is seen
+        result = await self.validator.validate(expected)
+        self._validated = True
+        self.metrics.validated.labels("ok" if result.ok else "drift").set(result.at)
+        blocking = result.blocking(image_changes=image_changes(result.booted_digest))
+        if not blocking:
+            self._found_at, self._reported = 0.0, None
+            self.metrics.config_drift.set(0)
+            return None
+        reason = drift_reason(result.against, blocking)
+        self._found_at = self._found_at or result.at
+        self.metrics.config_drift.set(self._found_at)
+        if reason != self._reported:
+            self.log.warning("on-disk state differs from the current config", reason=reason)
+            await self.events.emit(event, reason, warning=True)
+        self._reported = reason
+        return reason
+
+    def watch(self, expected: Expectations) -> None:
+        etc = image_etc_files(self.host.root, self.validator.etc_ignore, expected.paths)
+        # The force file too: touching it acts at once, as the MCD's retry loop picks it up.
+        self.monitor.start(expected, [*etc, FORCE_FILE])
+
+    async def stop(self) -> None:
+        await self.monitor.stop()
+        self._dirty = True  # what happens meanwhile is validated after it

@@ -1,0 +1,202 @@
+"""Taking a node over from the machine-config-daemon, and handing it back: the real agent
+process, the loopback API server, a simulated host prepared as the MCD leaves one.
+
+What the MCD leaves (reference/mco-daemon.md §5.1-5.2, §6.2; MCO daemon.go
+`storeCurrentConfigOnDisk`, update.go `updateSSHKeys`): `/etc/machine-config-daemon/currentconfig`
+(its json.Marshal of the rendered config), `currentimage` (empty when not layered), the
+machine-config-server's `node-annotations.json` renamed `node-annotation.json.bak` after the
+first boot, core's keys in `authorized_keys.d/ignition` (0600, core's, directories 0700), the
+pull secret, and the Node Done at that config with the last drain answered."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from agent.core.policy import PULL_SECRET, SSH_KEYS_PATH
+from agent.demo.loopback import Cluster, P
+from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
+from tests.scenarios.harness import exits, until
+
+pytestmark = pytest.mark.asyncio
+STATE_DIR = "var/lib/image-mode-agent"
+SECRET = '{"auths":{"quay.example":{"auth":"dXNlcjpwYXNz"}}}'
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under `root` but the agent's own state directory (which it creates at its
+    first start, in /var/lib, whose mtime that changes): type, mode, owner, size, inode,
+    mtime and contents (a digest), links by target. Equal snapshots: nothing written."""
+    found: dict[str, tuple] = {}
+    for folder, dirs, files in os.walk(root):
+        rel_folder = Path(folder).relative_to(root)
+        dirs[:] = [d for d in dirs if str(rel_folder / d) != STATE_DIR]
+        for name in (*dirs, *files):
+            path = Path(folder) / name
+            info = path.lstat()
+            mtime = None if str(rel_folder / name) == str(Path(STATE_DIR).parent) else (
+                info.st_mtime_ns)  # fmt: skip
+            if stat.S_ISLNK(info.st_mode):
+                content = os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                content = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                content = ""
+            found[str(rel_folder / name)] = (info.st_mode, info.st_uid, info.st_gid, info.st_size,
+                                             info.st_ino, mtime, content)  # fmt: skip
+    return found
+
+
+def write(root: Path, path: str, data: str | bytes, mode: int, uid: int = 0) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data.encode() if isinstance(data, str) else data)
+    target.chmod(mode)
+    os.chown(target, uid, uid)
+
+
+async def mcd_node(tmp_path: Path, *, layered: bool = False, annotations: dict | None = None,
+                   unschedulable: bool = False) -> Cluster:  # fmt: skip
+    """A node as the MCD leaves it after applying rendered-worker-1."""
+    done = {P + "currentConfig": "rendered-worker-1", P + "desiredConfig": "rendered-worker-1",
+            P + "state": "Done", P + "reason": "",
+            P + "desiredDrain": "uncordon-rendered-worker-1",
+            P + "lastAppliedDrain": "uncordon-rendered-worker-1"}  # fmt: skip
+    cluster = await Cluster.create(tmp_path, annotations={**done, **(annotations or {})})
+    pull = {"path": PULL_SECRET, "mode": 0o600, "contents": {"source": "data:," + SECRET}}
+    cluster.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"], files=[pull])
+    if layered:
+        image = cluster.images["v1"]
+        values = {P + "desiredImage": image, P + "currentImage": image}
+        cluster.kube.patch_annotations("Node", cluster.node, values)
+    if unschedulable:
+        node = cluster.kube.get("Node", cluster.node)
+        cluster.kube.put({**node, "spec": {**node.get("spec", {}), "unschedulable": True}})
+    root = cluster.sim.root
+    rendered = cluster.kube.get("MachineConfig", "rendered-worker-1")
+    write(root, CURRENT_CONFIG_PATH, on_disk_config(rendered), 0o644)
+    write(root, CURRENT_IMAGE_PATH, cluster.images["v1"] if layered else "", 0o644)
+    seeded = {P + "currentConfig": "rendered-worker-1", P + "desiredConfig": "rendered-worker-1",
+              P + "firstPivotConfig": "rendered-worker-1", P + "state": "Done"}  # fmt: skip
+    write(root, "/etc/machine-config-daemon/node-annotation.json.bak", json.dumps(seeded), 0o644)
+    for folder in ("var/home/core/.ssh", "var/home/core/.ssh/authorized_keys.d"):
+        (root / folder).mkdir(mode=0o700, exist_ok=True)
+        (root / folder).chmod(0o700)
+        os.chown(root / folder, 1000, 1000)
+    write(root, SSH_KEYS_PATH, "ssh-ed25519 AAAA-one\n", 0o600, uid=1000)
+    write(root, PULL_SECRET, SECRET, 0o600)
+    return cluster
+
+
+@pytest.mark.parametrize("layered", [False, True], ids=["osImageURL", "desiredImage"])
+async def test_a_node_the_mcd_left_done_is_taken_over_with_no_write_and_no_reboot(
+    tmp_path: Path, layered: bool
+) -> None:
+    cluster = await mcd_node(tmp_path, layered=layered)
+    try:
+        before = snapshot(cluster.sim.root)
+        writes_before = cluster.node_writes()
+        await cluster.start_agent()
+        await until(lambda: (cluster.sim.root / STATE_DIR / "journal.json").exists(),
+                    what="the agent's first pass")  # fmt: skip
+        await cluster.wait_done("rendered-worker-1")
+        await until(lambda: any(e["reason"] == "NodeDone"
+                                for e in cluster.kube.list("events", "default")))  # fmt: skip
+        assert cluster.reboots() == 0
+        assert snapshot(cluster.sim.root) == before  # not one file written, moved or touched
+        assert cluster.node_writes() == writes_before  # the Node says Done already
+        # The agent's own state: its journal, and no copy of the config (the MCD's is read).
+        assert sorted(p.name for p in (cluster.sim.root / STATE_DIR).iterdir()) == ["journal.json"]
+        reasons = [e["reason"] for e in cluster.kube.list("events", "default")]
+        assert not {"OnDiskStateValidationFailed", "ConfigDriftDetected"} & set(reasons)
+
+        # ...then an image update driven by the cluster, and the hand-back files after it.
+        cluster.kube.enable_drain_controller(delay=0.1)
+        cluster.add_config("rendered-worker-2", "v2", keys=["ssh-ed25519 AAAA-two"])
+        extra = {P + "desiredImage": cluster.images["v2"]} if layered else {}
+        cluster.set_desired("rendered-worker-2", **extra)
+        assert await exits(cluster.procs[-1]) == 3
+        await cluster.start_agent()
+        await cluster.wait_done("rendered-worker-2")
+        assert cluster.reboots() == 1
+        assert cluster.booted() == cluster.images["v2"].split("@")[1]
+        root = cluster.sim.root
+        rendered = cluster.kube.get("MachineConfig", "rendered-worker-2")
+        written = (root / CURRENT_CONFIG_PATH.lstrip("/")).read_bytes()
+        assert written == on_disk_config(rendered)
+        mcd_view = json.loads(written)  # as the MCD decodes it
+        assert mcd_view["metadata"]["name"] == "rendered-worker-2"
+        assert mcd_view["spec"]["osImageURL"] == cluster.images["v2"]
+        assert mcd_view["spec"]["config"] == rendered["spec"]["config"]
+        image = (root / CURRENT_IMAGE_PATH.lstrip("/")).read_text()
+        assert image == (cluster.images["v2"] if layered else "")
+        assert cluster.annotations().get(P + "currentImage") == (image or None)
+        for path in (CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH):
+            info = (root / path.lstrip("/")).stat()
+            assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o644, 0)
+        assert (root / SSH_KEYS_PATH.lstrip("/")).read_text() == "ssh-ed25519 AAAA-two\n"
+    finally:
+        await cluster.close()
+
+
+async def test_a_node_the_mcd_left_mid_update_is_finished(tmp_path: Path) -> None:
+    # The MCD asked for the drain of rendered-worker-2 and was replaced before it wrote
+    # anything else: the node is cordoned, Working, its on-disk config still rendered-worker-1.
+    mid = {P + "desiredConfig": "rendered-worker-2", P + "state": "Working",
+           P + "desiredDrain": "drain-rendered-worker-2",
+           P + "lastAppliedDrain": "drain-rendered-worker-2"}  # fmt: skip
+    cluster = await mcd_node(tmp_path, annotations=mid, unschedulable=True)
+    try:
+        cluster.add_config("rendered-worker-2", "v2", keys=["ssh-ed25519 AAAA-one"])
+        cluster.kube.enable_drain_controller(delay=0.1)
+        await cluster.start_agent()
+        assert await exits(cluster.procs[-1]) == 3
+        await cluster.start_agent()
+        await cluster.wait_done("rendered-worker-2")
+        await cluster.wait_annotations(
+            lambda a: a.get(P + "lastAppliedDrain") == "uncordon-rendered-worker-2"
+        )
+        assert not cluster.kube.get("Node", cluster.node)["spec"].get("unschedulable")
+        assert cluster.reboots() == 1
+        assert cluster.booted() == cluster.images["v2"].split("@")[1]
+        written = json.loads((cluster.sim.root / CURRENT_CONFIG_PATH.lstrip("/")).read_bytes())
+        assert written["metadata"]["name"] == "rendered-worker-2"
+    finally:
+        await cluster.close()
+
+
+async def test_the_mcds_file_wins_over_the_agents_own_record(tmp_path: Path) -> None:
+    # Handed back, the MCD updated the node to rendered-worker-2; the agent's own record
+    # still says rendered-worker-1. Taken over again, the MCD's file is the truth.
+    cluster = await mcd_node(tmp_path)
+    try:
+        await cluster.start_agent()
+        await cluster.wait_done("rendered-worker-1")
+        await until(lambda: (cluster.sim.root / STATE_DIR / "journal.json").exists())
+        cluster.procs[-1].terminate()
+        await cluster.procs[-1].wait()
+        cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-mcd"])
+        root = cluster.sim.root
+        mcd_written = on_disk_config(cluster.kube.get("MachineConfig", "rendered-worker-2"))
+        write(root, CURRENT_CONFIG_PATH, mcd_written, 0o644)
+        write(root, SSH_KEYS_PATH, "ssh-ed25519 AAAA-mcd\n", 0o600, uid=1000)
+        cluster.kube.patch_annotations(
+            "Node",
+            cluster.node,
+            {P + "currentConfig": "rendered-worker-2", P + "desiredConfig": "rendered-worker-2"},
+        )
+        before = snapshot(root)
+        await cluster.start_agent()
+        await cluster.wait_done("rendered-worker-2")
+        await until(lambda: any(e["reason"] == "NodeDone" and "rendered-worker-2" in e["message"]
+                                for e in cluster.kube.list("events", "default")))  # fmt: skip
+        assert snapshot(root) == before and cluster.reboots() == 0
+        reasons = [e["reason"] for e in cluster.kube.list("events", "default")]
+        assert "OnDiskStateValidationFailed" not in reasons
+    finally:
+        await cluster.close()

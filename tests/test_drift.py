@@ -243,3 +243,68 @@ async def test_another_image_booted_by_hand_is_drift_and_the_force_file_boots_ba
     await d.cluster.wait_done("rendered-worker-1")
     assert d.cluster.booted() == d.cluster.images["v1"].split("@")[1]
     await d.validated()
+
+
+async def test_file_mode_validates_too_and_the_etc_ignore_flag(tmp_path: Path) -> None:
+    """`run --source file:`: the same validation, monitor and force file; status.json says
+    the last validation, and `--etc-drift-ignore` lets a host edit an image file."""
+    import json
+    import sys
+
+    from agent.demo.loopback import make_host
+    from agent.demo.objects import machine_config
+
+    sim, images = make_host(tmp_path)
+    root = sim.root
+    for rel in ("usr/etc/chrony.conf", "etc/chrony.conf", "usr/etc/local.conf", "etc/local.conf"):
+        (root / rel).write_text(CHRONY)
+    desired = tmp_path / "mc.json"
+    desired.write_text(json.dumps(machine_config(keys=[KEY], image=images["v1"])))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent", "--log-level", "warning", "run", "--source",
+        f"file:{desired}", "--host", f"simulated:{sim.base}", "--listen", "",
+        "--etc-drift-ignore", "/etc/local.conf",
+    )  # fmt: skip
+    status_path = root / "var/lib/image-mode-agent/status.json"
+
+    def status() -> dict:
+        try:
+            return json.loads(status_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def validated(ok: bool) -> bool:
+        return (status().get("validation") or {}).get("ok") is ok
+
+    try:
+        await until(lambda: status().get("state") == "Done" and validated(True))
+        (root / "etc/local.conf").write_text("mine\n")  # ignored by the flag
+        keys = root / SSH_KEYS_PATH.lstrip("/")
+        keys.chmod(0o640)
+        await until(lambda: status().get("state") == "Degraded", what="the drift reported")
+        reason = status()["reason"]
+        assert reason == ("unexpected on-disk state validating against rendered-worker-1: mode "
+                          f'mismatch for file: "{SSH_KEYS_PATH}"; expected: -rw-------/384/0600; '
+                          "received: -rw-r-----/416/0640")  # fmt: skip
+        (root / "etc/chrony.conf").write_text("server evil.example\n")
+        await until(lambda: "/etc/chrony.conf" in status().get("reason", ""))
+        (root / FORCE_FILE.lstrip("/")).touch()  # re-applies the live part: the key's mode
+        await until(lambda: keys.stat().st_mode & 0o777 == 0o600, what="the key re-written")
+        await until(lambda: not (root / FORCE_FILE.lstrip("/")).exists())
+        # the image's file is reported, never rewritten: only its restore heals
+        await until(
+            lambda: (
+                status()
+                .get("reason", "")
+                .endswith(
+                    'file "/etc/chrony.conf" differs from the booted image\'s /usr/etc/chrony.conf'
+                )
+            )
+        )
+        (root / "etc/chrony.conf").write_text(CHRONY)
+        await until(lambda: status().get("state") == "Done" and validated(True))
+        assert (root / "etc/local.conf").read_text() == "mine\n"
+    finally:
+        proc.terminate()
+        assert await proc.wait() == 0
+    assert not [a for a in sim.actions() if a["kind"] == "reboot"]

@@ -114,6 +114,12 @@ async def test_a_node_the_mcd_left_done_is_taken_over_with_no_write_and_no_reboo
         assert sorted(p.name for p in (cluster.sim.root / STATE_DIR).iterdir()) == ["journal.json"]
         reasons = [e["reason"] for e in cluster.kube.list("events", "default")]
         assert not {"OnDiskStateValidationFailed", "ConfigDriftDetected"} & set(reasons)
+        # ...and watched from then on: a key's mode changed by hand is drift, until put back.
+        keys = cluster.sim.root / SSH_KEYS_PATH.lstrip("/")
+        keys.chmod(0o644)
+        await cluster.wait_annotations(lambda a: "mode mismatch" in a.get(P + "reason", ""))
+        keys.chmod(0o600)
+        await cluster.wait_done("rendered-worker-1")
 
         # ...then an image update driven by the cluster, and the hand-back files after it.
         cluster.kube.enable_drain_controller(delay=0.1)

@@ -98,6 +98,7 @@ def _local_options(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     from agent.app.runtime import (
         RunOptions,
+        etc_ignore,
         open_host,
         run_cluster_source,
         run_file_source,
@@ -126,6 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         soft_reboot=args.allow_soft_reboot,
         policy_file=Path(args.policy) if args.policy else None,
+        etc_ignore=etc_ignore(args.etc_drift_ignore),
     )
 
     async def main() -> int:
@@ -330,6 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="file mode: a MachineConfiguration/cluster whose NodeDisruptionPolicy status "
         "extends the live allowlist (read on every pass)",
     )
+    run.add_argument(
+        "--etc-drift-ignore", action="append", metavar="GLOB",
+        help="an /etc path (fnmatch glob) the host may change from the image's default "
+        "without it being reported as drift; repeatable, added to the built-in list",
+    )  # fmt: skip
     standalone = run.add_argument_group(
         "standalone mode (--source image:REF; flags override the settings drop-ins)"
     )

@@ -22,16 +22,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 from agent.core.desired import Desired
-from agent.core.policy import Allowlist
+from agent.core.policy import FORCE_FILE, Allowlist
 from agent.errors import HostError, InputError, describe_fault, fault_frames, parsing
 from agent.host.durable import write_json
 from agent.host.ports import Host
 from agent.host.simulated import SimulatedHost
 from agent.model.bootc_caps import prestage_path
+from agent.model.etc_drift import DEFAULT_ETC_IGNORE
 from agent.observe.http import StatusBoard
 from agent.observe.metrics import Metrics
 from agent.sources.disruption_policy import load_live_policy
 from agent.sources.file import FileWatch, load_desired
+from agent.update.drift_guard import DriftGuard
 from agent.update.engine import (
     DEGRADED,
     DONE,
@@ -42,6 +44,7 @@ from agent.update.engine import (
     Hooks,
     Outcome,
 )
+from agent.update.journal import IN_FLIGHT, Phase
 
 if TYPE_CHECKING:  # the real-host adapters (dbus-fast) load only when a real host is used
     from agent.host.local import LocalOptions
@@ -59,6 +62,12 @@ class RunOptions:
     poll_interval: float = 1.0
     soft_reboot: bool = False
     policy_file: Path | None = None  # MachineConfiguration/cluster, read on every pass
+    etc_ignore: tuple[str, ...] = DEFAULT_ETC_IGNORE  # /etc paths that are never drift
+
+
+def etc_ignore(extra: list[str] | None) -> tuple[str, ...]:
+    """The /etc paths never taken for image drift: the built-in ones and `--etc-drift-ignore`."""
+    return (*DEFAULT_ETC_IGNORE, *(extra or ()))
 
 
 async def open_host(spec: str, allowlist: Allowlist, local: LocalOptions | None = None) -> Host:
@@ -155,6 +164,7 @@ async def run_cluster_source(
             jitter=getattr(args, "prestage_jitter", 60.0),
             retry_initial=getattr(args, "prestage_retry", 10.0),
         ),
+        etc_ignore=etc_ignore(getattr(args, "etc_drift_ignore", None)),
     )
     board = board or StatusBoard()
     if not options.dry_run:
@@ -333,10 +343,12 @@ def _load_desired(path: Path, image_override: str | None) -> Desired:
     return parsing(load_desired, path, image_override, source=str(path))
 
 
-async def _reconcile(engine: Engine, desired: Desired, dry_run: bool) -> Outcome:
+async def _reconcile(
+    engine: Engine, desired: Desired, dry_run: bool, *, force: bool = False
+) -> Outcome:
     """One pass of the engine toward `desired`; a failure is a retryable Degraded outcome."""
     try:
-        outcome = await engine.reconcile(desired, dry_run=dry_run)
+        outcome = await engine.reconcile(desired, dry_run=dry_run, force=force)
         # An update that finished may not be the newest desired state: one more pass.
         for _ in range(3):
             if outcome.state != DONE or engine.journal.load().update_key == desired.key:
@@ -368,9 +380,70 @@ async def _reconcile_loop(
     engine = Engine(host, max_boot_attempts=options.max_boot_attempts, hooks=hooks,
                     soft_reboot=options.soft_reboot)  # fmt: skip
     watch = FileWatch(path, options.poll_interval)
+    drifted = asyncio.Event()
+
+    async def found(reason: str, text: str) -> None:
+        log.warning(reason, reason=text)
+
+    guard = DriftGuard(host, metrics, drifted.set, found, etc_ignore=options.etc_ignore)
+    try:
+        return await _file_passes(path, host, options, out, board, allowlist, engine, watch,
+                                  guard, drifted)  # fmt: skip
+    finally:
+        await guard.stop()
+
+
+async def _guarded_pass(engine: Engine, desired: Desired, guard: DriftGuard) -> Outcome:
+    """A pass that validates the host first, when due (update/drift_guard.py), and stops
+    the drift monitor while it updates; the force file re-applies instead."""
+    rec = engine.journal.load()
+    if rec.phase in IN_FLIGHT:
+        return await _reconcile(engine, desired, False)
+    settled = rec.phase == Phase.IDLE and rec.update_key == desired.key
+    force = await guard.forced()
+    if force:
+        structlog.get_logger("agent").info(f"Skipping on-disk validation; {FORCE_FILE} present")
+    else:
+        try:
+            reason = await guard.gate(engine, desired, settled=settled,
+                                      recorded=rec.current_name is not None,
+                                      image=rec.current_image)  # fmt: skip
+        except HostError as exc:
+            return Outcome(DEGRADED, f"host error ({exc.kind}): {exc}", retryable=True)
+        if reason is not None:
+            return Outcome(DEGRADED, reason, current_config=rec.current_name,
+                           current_image=rec.current_image)  # fmt: skip
+        if settled:
+            return await _reconcile(engine, desired, False)
+    await guard.stop()  # the update's own writes are not drift
+    outcome = await _reconcile(engine, desired, False, force=force)
+    if force:
+        await guard.consume_force()
+    return outcome
+
+
+async def _changed(watch: FileWatch, seen: Any, drifted: asyncio.Event,
+                   timeout: float | None = None) -> None:  # fmt: skip
+    """Until the desired file changes, the drift monitor reports, or `timeout` passes."""
+    waits = [asyncio.ensure_future(watch.changed_since(seen, timeout=timeout)),
+             asyncio.ensure_future(drifted.wait())]  # fmt: skip
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+async def _file_passes(
+    path: Path, host: Host, options: RunOptions, out: TextIO, board: StatusBoard,
+    allowlist: Allowlist | None, engine: Engine, watch: FileWatch, guard: DriftGuard,
+    drifted: asyncio.Event,
+) -> int:  # fmt: skip
+    log = structlog.get_logger("agent")
     failures = 0
     while True:
-        seen = watch.mark()
+        seen, started = watch.mark(), time.time()
+        drifted.clear()  # what the monitor sees from here on brings the next pass
         try:
             if options.policy_file is not None:  # the allowlist of this pass, then its input
                 engine.policy = load_live_policy(options.policy_file)
@@ -385,7 +458,8 @@ async def _reconcile_loop(
                 write_status(host, outcome, journal_phase(engine), board)
                 raise
         else:
-            outcome = await _reconcile(engine, desired, options.dry_run)
+            outcome = await (_reconcile(engine, desired, True) if options.dry_run
+                             else _guarded_pass(engine, desired, guard))  # fmt: skip
         if options.dry_run:
             if outcome.plan is None:  # a pass that failed: nothing was planned
                 print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)
@@ -394,7 +468,8 @@ async def _reconcile_loop(
             print(outcome.reason, file=out)
             return EXIT_DONE
         phase = journal_phase(engine)
-        write_status(host, outcome, phase, board)
+        validation = {"validation": guard.last.to_json() if guard.last else None}
+        write_status(host, outcome, phase, board, validation)
         log.info("reconciled", state=outcome.state, reason=outcome.reason, phase=phase)
         if outcome.state in (DEGRADED, UNRECONCILABLE) and options.once:
             print(f"{outcome.state}: {outcome.reason}", file=sys.stderr)
@@ -402,10 +477,13 @@ async def _reconcile_loop(
             return exit_code(outcome)
         if outcome.state == REBOOTING:
             await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
+        checked = guard.last is not None and guard.last.at >= started
+        if outcome.state == DONE and guard.due() and not checked:
+            continue  # an update just ended: validate what it left, and watch it from now
         if outcome.state == DEGRADED and outcome.retryable:
             delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
             failures += 1
-            await watch.changed_since(seen, timeout=delay)
+            await _changed(watch, seen, drifted, timeout=delay)
         else:
             failures = 0
-            await watch.changed_since(seen)
+            await _changed(watch, seen, drifted)

@@ -25,7 +25,6 @@ from agent.cluster import kubeconfig as kc
 from agent.cluster import mcn as M
 from agent.cluster.certs import certificates, rotate_if_published, write_certificates
 from agent.cluster.drain import Drainer, DrainHandshake, DrainTimeout, SelfDrain
-from agent.cluster.drift import DriftGuard
 from agent.cluster.events import EventRecorder
 from agent.cluster.handover import McdRecord
 from agent.cluster.kube import (
@@ -54,6 +53,7 @@ from agent.model.etc_drift import DEFAULT_ETC_IGNORE
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.machineconfig import parse_machine_config
 from agent.observe.http import StatusBoard
+from agent.update.drift_guard import DriftGuard
 from agent.update.engine import DEGRADED, UNRECONCILABLE, Engine, Hooks, Outcome
 from agent.update.journal import IN_FLIGHT, Record
 
@@ -151,8 +151,11 @@ class ClusterAgent:
                              max_boot_attempts=options.max_boot_attempts,
                              soft_reboot=options.soft_reboot,
                              external_current=self.mcd_record.config)  # fmt: skip
-        self.drift = DriftGuard(host, self.events, self.board.metrics, self.wakeup.set,
-                                etc_ignore=options.etc_ignore)  # fmt: skip
+        self.drift = DriftGuard(
+            host, self.board.metrics, self.wakeup.set,
+            lambda reason, text: self.events.emit(reason, text, warning=True),
+            etc_ignore=options.etc_ignore,
+        )  # fmt: skip
         self.prestager: Prestager | None = None
         if options.prestage.mode == "pool" and not options.dry_run:
             source = PoolTarget(api, self.node, self.events, self._pool_desired,
@@ -297,33 +300,22 @@ class ClusterAgent:
             outcome = await self._update(node, desired, journal, force=force)
         if force:
             await self.drift.consume_force()
+        if outcome.state == "Done" and self.drift.due():
+            self.wakeup.set()  # one more pass: validate what the update left, and watch it
         return outcome
 
     async def _check_host(
         self, node: A.NodeView, desired: Desired, journal: Record, *, settled: bool
     ) -> Outcome | None:
-        """Validate the host against its current config when it is due (drift.py); a
+        """Validate the host against its current config when it is due (drift_guard.py); a
         finding that an update cannot go past is reported Degraded and ends the pass (a
         drift event or a Node change brings the next one)."""
         if settled and not self.drift.due():
             return None
-        # Only a config recorded on the host is checked: one this agent committed, or the
-        # MCD's. A Node's currentConfig adopted on a first start says what the cluster
-        # thinks, not what was ever written here.
-        if journal.current_name is None and self.mcd_record.config() is None:
-            return None
-        current = self.engine.current_config()
-        if current is None:
-            return None
-        image = (journal.current_image or self.mcd_record.image()
-                 or node.get(A.CURRENT_IMAGE) or current.os_image_url)  # fmt: skip
-        target = desired.target.digest if desired.target else None
-        reason = await self.drift.check(
-            current, self.engine.policy, image, before_update=not settled,
-            # Only an update ahead stages the target again (drained, at the controller's
-            # pace); a settled node running another image is reported, never rebooted.
-            image_changes=lambda booted: not settled and target is not None and target != booted,
-        )  # fmt: skip
+        recorded = journal.current_name is not None or self.mcd_record.config() is not None
+        image = journal.current_image or self.mcd_record.image() or node.get(A.CURRENT_IMAGE)
+        reason = await self.drift.gate(self.engine, desired, settled=settled, recorded=recorded,
+                                       image=image)  # fmt: skip
         if reason is None:
             return None
         if node.get(A.STATE) != DEGRADED or node.get(A.REASON) != reason:

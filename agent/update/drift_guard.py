@@ -1,37 +1,50 @@
-"""When cluster mode validates the host, and how it says what it found: at the first pass
+"""When the agent validates the host, and what it does with a finding: at the first pass
 after a start, before each update, on every drift monitor event and after each update,
-against the current config (reference/mco-daemon.md §3.3-3.4).
+against the current config (reference/mco-daemon.md §3.3-3.4). Cluster and file mode share it.
 
-A finding is reported as the MCD reports it: the Node Degraded with "unexpected on-disk state
-validating against <config>: ...", a Warning Event (`OnDiskStateValidationFailed` at a start,
-`PreflightConfigDriftCheckFailed` before an update, `ConfigDriftDetected` from the monitor),
-and `mcd_config_drift` set to when it was found. It heals when the host is right again: the
-next validation is clean and the Node goes back to Done. `/run/machine-config-daemon-force`
-skips the validation and re-applies the config (engine `force`), then is removed."""
+A finding is reported as the MCD reports it: Degraded with "unexpected on-disk state
+validating against <config>: ..." (the Node's reason, or status.json's), an event
+(`OnDiskStateValidationFailed` at a start, `PreflightConfigDriftCheckFailed` before an update,
+`ConfigDriftDetected` from the monitor: a Kubernetes Event in cluster mode), and
+`mcd_config_drift` set to when it was found. It heals when the host is right again: the next
+validation is clean and the state goes back to Done. `/run/machine-config-daemon-force` skips
+the validation and re-applies the config (engine `force`), then is removed."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import structlog
 
-from agent.cluster.events import EventRecorder
+from agent.core.desired import Desired
 from agent.core.policy import FORCE_FILE, LivePolicy
 from agent.core.validate import Expectations, drift_reason
 from agent.host.ports import Host
 from agent.model.etc_drift import DEFAULT_ETC_IGNORE
 from agent.model.machineconfig import MachineConfig
-from agent.observe.metrics import Metrics
 from agent.update.drift_monitor import DriftMonitor, image_etc_files
+from agent.update.engine import Engine
 from agent.update.validator import Validation, Validator
 
 
+class DriftMetrics(Protocol):
+    """The two gauges this sets (observe/metrics.py): `mcd_config_drift` and the last
+    validation's time by result."""
+
+    config_drift: Any
+    validated: Any
+
+
 class DriftGuard:
-    def __init__(self, host: Host, events: EventRecorder, metrics: Metrics,
-                 wakeup: Callable[[], None], *,
+    """`wakeup()`: a drift event wants a pass; `on_found(event reason, text)`: a finding the
+    state does not carry yet, to say (an Event in cluster mode)."""
+
+    def __init__(self, host: Host, metrics: DriftMetrics, wakeup: Callable[[], None],
+                 on_found: Callable[[str, str], Awaitable[None]], *,
                  etc_ignore: tuple[str, ...] = DEFAULT_ETC_IGNORE) -> None:  # fmt: skip
-        self.host, self.events, self.metrics = host, events, metrics
+        self.host, self.metrics, self.on_found = host, metrics, on_found
         self.validator = Validator(host, etc_ignore=etc_ignore)
         self.monitor = DriftMonitor(host.root, self._changed)
         self._wakeup = wakeup
@@ -61,6 +74,26 @@ class DriftGuard:
     async def consume_force(self) -> None:
         await asyncio.to_thread(self.host.files.delete, FORCE_FILE)
         self.log.info(f"{FORCE_FILE} acted on and removed")
+
+    async def gate(self, engine: Engine, desired: Desired, *, settled: bool, recorded: bool,
+                   image: str | None) -> str | None:  # fmt: skip
+        """The validation a pass runs before anything else, when it is due; the Degraded
+        reason that ends the pass, or None. `settled`: nothing to update (then only a start,
+        a drift event or a stopped monitor make it due); `recorded`: a config is recorded on
+        the host (a first start's adopted one says what the cluster thinks, not what was
+        ever written here: nothing is checked against it); `image`: the one recorded."""
+        if (settled and not self.due()) or not recorded:
+            return None
+        current = engine.current_config()
+        if current is None:
+            return None
+        target = desired.target.digest if desired.target else None
+        return await self.check(
+            current, engine.policy, image or current.os_image_url, before_update=not settled,
+            # Only an update ahead stages the target again (drained, at the controller's
+            # pace); a settled node running another image is reported, never rebooted.
+            image_changes=lambda booted: not settled and target is not None and target != booted,
+        )  # fmt: skip
 
     async def check(
         self, config: MachineConfig, policy: LivePolicy, image: str | None, *,
@@ -94,7 +127,7 @@ class DriftGuard:
         self.metrics.config_drift.set(self._found_at)
         if reason != self._reported:
             self.log.warning("on-disk state differs from the current config", reason=reason)
-            await self.events.emit(event, reason, warning=True)
+            await self.on_found(event, reason)
         self._reported = reason
         return reason
 

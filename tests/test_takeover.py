@@ -1,18 +1,10 @@
 """Taking a node over from the machine-config-daemon, and handing it back: the real agent
-process, the loopback API server, a simulated host prepared as the MCD leaves one.
-
-What the MCD leaves (reference/mco-daemon.md §5.1-5.2, §6.2; MCO daemon.go
-`storeCurrentConfigOnDisk`, update.go `updateSSHKeys`): `/etc/machine-config-daemon/currentconfig`
-(its json.Marshal of the rendered config), `currentimage` (empty when not layered), the
-machine-config-server's `node-annotations.json` renamed `node-annotation.json.bak` after the
-first boot, core's keys in `authorized_keys.d/ignition` (0600, core's, directories 0700), the
-pull secret, and the Node Done at that config with the last drain answered."""
+process, the loopback API server, a simulated host prepared as the MCD leaves one
+(tests/scenarios/mcd_node.py says what that is)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import stat
 from pathlib import Path
 
@@ -22,52 +14,18 @@ from agent.core.policy import PULL_SECRET, SSH_KEYS_PATH
 from agent.demo.loopback import Cluster, P
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
 from tests.scenarios.harness import exits, until
+from tests.scenarios.mcd_node import STATE_DIR, done_annotations, prepare, snapshot, write
 
 pytestmark = pytest.mark.asyncio
-STATE_DIR = "var/lib/image-mode-agent"
 SECRET = '{"auths":{"quay.example":{"auth":"dXNlcjpwYXNz"}}}'
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under `root` but the agent's own state directory (which it creates at its
-    first start, in /var/lib, whose mtime that changes): type, mode, owner, size, inode,
-    mtime and contents (a digest), links by target. Equal snapshots: nothing written."""
-    found: dict[str, tuple] = {}
-    for folder, dirs, files in os.walk(root):
-        rel_folder = Path(folder).relative_to(root)
-        dirs[:] = [d for d in dirs if str(rel_folder / d) != STATE_DIR]
-        for name in (*dirs, *files):
-            path = Path(folder) / name
-            info = path.lstat()
-            mtime = None if str(rel_folder / name) == str(Path(STATE_DIR).parent) else (
-                info.st_mtime_ns)  # fmt: skip
-            if stat.S_ISLNK(info.st_mode):
-                content = os.readlink(path)
-            elif stat.S_ISREG(info.st_mode):
-                content = hashlib.sha256(path.read_bytes()).hexdigest()
-            else:
-                content = ""
-            found[str(rel_folder / name)] = (info.st_mode, info.st_uid, info.st_gid, info.st_size,
-                                             info.st_ino, mtime, content)  # fmt: skip
-    return found
-
-
-def write(root: Path, path: str, data: str | bytes, mode: int, uid: int = 0) -> None:
-    target = root / path.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data.encode() if isinstance(data, str) else data)
-    target.chmod(mode)
-    os.chown(target, uid, uid)
 
 
 async def mcd_node(tmp_path: Path, *, layered: bool = False, annotations: dict | None = None,
                    unschedulable: bool = False) -> Cluster:  # fmt: skip
     """A node as the MCD leaves it after applying rendered-worker-1."""
-    done = {P + "currentConfig": "rendered-worker-1", P + "desiredConfig": "rendered-worker-1",
-            P + "state": "Done", P + "reason": "",
-            P + "desiredDrain": "uncordon-rendered-worker-1",
-            P + "lastAppliedDrain": "uncordon-rendered-worker-1"}  # fmt: skip
-    cluster = await Cluster.create(tmp_path, annotations={**done, **(annotations or {})})
+    cluster = await Cluster.create(
+        tmp_path, annotations={**done_annotations("rendered-worker-1"), **(annotations or {})}
+    )
     pull = {"path": PULL_SECRET, "mode": 0o600, "contents": {"source": "data:," + SECRET}}
     cluster.add_config("rendered-worker-1", "v1", keys=["ssh-ed25519 AAAA-one"], files=[pull])
     if layered:
@@ -77,19 +35,9 @@ async def mcd_node(tmp_path: Path, *, layered: bool = False, annotations: dict |
     if unschedulable:
         node = cluster.kube.get("Node", cluster.node)
         cluster.kube.put({**node, "spec": {**node.get("spec", {}), "unschedulable": True}})
-    root = cluster.sim.root
     rendered = cluster.kube.get("MachineConfig", "rendered-worker-1")
-    write(root, CURRENT_CONFIG_PATH, on_disk_config(rendered), 0o644)
-    write(root, CURRENT_IMAGE_PATH, cluster.images["v1"] if layered else "", 0o644)
-    seeded = {P + "currentConfig": "rendered-worker-1", P + "desiredConfig": "rendered-worker-1",
-              P + "firstPivotConfig": "rendered-worker-1", P + "state": "Done"}  # fmt: skip
-    write(root, "/etc/machine-config-daemon/node-annotation.json.bak", json.dumps(seeded), 0o644)
-    for folder in ("var/home/core/.ssh", "var/home/core/.ssh/authorized_keys.d"):
-        (root / folder).mkdir(mode=0o700, exist_ok=True)
-        (root / folder).chmod(0o700)
-        os.chown(root / folder, 1000, 1000)
-    write(root, SSH_KEYS_PATH, "ssh-ed25519 AAAA-one\n", 0o600, uid=1000)
-    write(root, PULL_SECRET, SECRET, 0o600)
+    prepare(cluster.sim.root, rendered, ["ssh-ed25519 AAAA-one"],
+            image=cluster.images["v1"] if layered else "", files={PULL_SECRET: SECRET})  # fmt: skip
     return cluster
 
 
@@ -144,7 +92,8 @@ async def test_a_node_the_mcd_left_done_is_taken_over_with_no_write_and_no_reboo
         assert cluster.annotations().get(P + "currentImage") == (image or None)
         for path in (CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH):
             info = (root / path.lstrip("/")).stat()
-            assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o644, 0)
+            # 0600, where the MCD writes 0644: currentconfig holds the pull secret
+            assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o600, 0)
         assert (root / SSH_KEYS_PATH.lstrip("/")).read_text() == "ssh-ed25519 AAAA-two\n"
     finally:
         await cluster.close()

@@ -22,7 +22,10 @@ from agent.model.mcd_disk import (
     read_image,
 )
 
-MODE = 0o644  # writeFileAtomicallyWithDefaults
+# The MCD writes both 0644 (writeFileAtomicallyWithDefaults), though currentconfig holds the
+# pull secret and the password hash of the config: this agent writes them 0600. The MCD reads
+# them as root and replaces the files (and their mode) at its own next update.
+MODE = 0o600
 _ROOT = Owner(id=0)
 
 

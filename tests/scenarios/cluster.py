@@ -10,6 +10,10 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from agent.demo.objects import machine_config
+from agent.model.mcd_disk import CURRENT_CONFIG_PATH
+from tests import secrets_canary as canary
+from tests.scenarios import mcd_node
 from tests.scenarios.harness import Harness, P
 
 
@@ -196,6 +200,43 @@ async def watch_expiry_relists(h: Harness) -> None:
     assert h.procs[-1].returncode is None
 
 
+async def mcd_takeover_then_image_update(h: Harness) -> None:
+    """A node as the MCD leaves it: validated, Done with nothing written and no reboot; then
+    watched (a key's mode changed by hand is drift); then an image update, after which the
+    MCD's files hold the new config."""
+    root = h.sim.root
+    rendered = canary.with_canary_secrets(machine_config(
+        name="rendered-worker-1", image=h.images["v1"], keys=["ssh-ed25519 AAAA-one"]))  # fmt: skip
+    mcd_node.prepare(root, rendered, ["ssh-ed25519 AAAA-one"],
+                     files={canary.PULL_SECRET_PATH: canary.pull_secret()})  # fmt: skip
+    before = mcd_node.snapshot(root)
+    writes = h.node_writes() if h.counts_requests else 0
+    await h.start_agent()
+    await h.wait_logged("config drift monitor started")
+    await h.wait_done("rendered-worker-1")
+    assert mcd_node.snapshot(root) == before  # not one file written, moved or touched
+    assert h.reboots() == 0
+    if h.counts_requests:
+        assert h.node_writes() == writes  # the Node said Done already
+    keys = root / "home/core/.ssh/authorized_keys.d/ignition"
+    keys.chmod(0o644)
+    await h.wait_annotations(lambda a: "mode mismatch for file" in a.get(P + "reason", ""),
+                             what="the drift reported")  # fmt: skip
+    assert "ConfigDriftDetected" in await h.event_reasons()
+    keys.chmod(0o600)
+    await h.wait_done("rendered-worker-1")
+    await h.enable_drain_controller()
+    await h.add_config("rendered-worker-2", "v2", keys=["ssh-ed25519 AAAA-two"])
+    await h.set_desired("rendered-worker-2")
+    assert await h.exits() == 3
+    await h.start_agent()
+    await h.wait_done("rendered-worker-2")
+    assert h.reboots() == 1 and h.booted() == h.images["v2"].split("@")[1]
+    written = json.loads((root / CURRENT_CONFIG_PATH.lstrip("/")).read_bytes())
+    assert written["metadata"]["name"] == "rendered-worker-2"
+    assert written["spec"]["osImageURL"] == h.images["v2"]
+
+
 SCENARIOS = (
     Scenario("live_ssh_key", live_ssh_key),
     Scenario("image_update_through_drain", image_update_through_drain),
@@ -206,4 +247,9 @@ SCENARIOS = (
     Scenario("first_boot_seeds_annotations", first_boot_seeds_annotations, annotations={}),
     Scenario("api_server_restarted_mid_update", api_server_restarted_mid_update),
     Scenario("watch_expiry_relists", watch_expiry_relists),
+    Scenario(
+        "mcd_takeover_then_image_update",
+        mcd_takeover_then_image_update,
+        mcd_node.done_annotations("rendered-worker-1"),
+    ),
 )

@@ -147,8 +147,8 @@ class Engine:
         self, desired: Desired, *, dry_run: bool = False, force: bool = False
     ) -> Outcome:
         """Move the host one whole update toward `desired`, or finish the one in flight.
-        `force` (the MCD's force file): plan as on a first start, from no recorded config, so
-        every live file of `desired` is written again and its image staged if not booted."""
+        `force` (the MCD's force file): every live file of `desired` is written again, and
+        its image staged if another one is booted."""
         rec = self.journal.load()
         if dry_run:
             return await self._dry_run(rec, desired)
@@ -169,7 +169,11 @@ class Engine:
     ) -> tuple[Plan, BootcHost]:
         status = await self.host.bootc.status()
         failed = frozenset(d for d, key in rec.failed.items() if key == desired.key)
-        current = None if force else self.current_config()
+        current = self.current_config()
+        # Forced (the MCD's force file), or adopted from the cluster and never validated
+        # here: nothing says the live files are as recorded, so all of them are written.
+        # Refusals and image content are still decided from the recorded config.
+        adopted = rec.current_name is None and not self.configs.has_external()
         plan = plan_update(
             current,
             desired.config,
@@ -177,11 +181,8 @@ class Engine:
             target=desired.target,
             policy=self.policy,
             failed_digests=failed,
-            # Adopted from the cluster and never validated here: nothing says its live
-            # files were ever written on this host.
-            rewrite_live=current is not None and rec.current_name is None
-            and not self.configs.has_external(),
-        )  # fmt: skip
+            rewrite_live=current is not None and (force or adopted),
+        )
         return plan, status
 
     async def plan(self, desired: Desired) -> Plan:

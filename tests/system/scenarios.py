@@ -428,3 +428,10 @@ def probe_agent() -> tuple[str | None, str | None]:
 def agent_missing() -> str | None:
     """Why the agent cannot run as a host service yet, or None when it can."""
     return probe_agent()[1]
+
+
+# On-disk validation and the MCD takeover (drift_scenarios.py uses the helpers above, so it is
+# imported last).
+from tests.system.drift_scenarios import DRIFT_SCENARIOS  # noqa: E402
+
+SCENARIOS += DRIFT_SCENARIOS

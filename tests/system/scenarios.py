@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.model.bootc_releases import features_of
+from tests.system.drift_scenarios import config_drift, mcd_takeover
 from tests.system.machine import Machine, MachineError
 from tests.system.rootfs import REPO
 from tests.system.world import (
@@ -361,6 +362,8 @@ SCENARIOS = [
     Scenario("crash-recovery", crash_recovery),
     Scenario("journald-fields", journald_fields),
     Scenario("timer-masked", timer_masked),
+    Scenario("config-drift", config_drift, doc=config_drift.__doc__ or ""),
+    Scenario("mcd-takeover", mcd_takeover, doc=mcd_takeover.__doc__ or ""),
 ]
 
 
@@ -428,10 +431,3 @@ def probe_agent() -> tuple[str | None, str | None]:
 def agent_missing() -> str | None:
     """Why the agent cannot run as a host service yet, or None when it can."""
     return probe_agent()[1]
-
-
-# On-disk validation and the MCD takeover (drift_scenarios.py uses the helpers above, so it is
-# imported last).
-from tests.system.drift_scenarios import DRIFT_SCENARIOS  # noqa: E402
-
-SCENARIOS += DRIFT_SCENARIOS

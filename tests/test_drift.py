@@ -70,8 +70,9 @@ class Drifting:
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as resp:
             return await resp.json()
 
-    async def validated(self, ok: bool = True, timeout: float = 20.0) -> dict:
-        """The last validation, once /status says it passed (or failed)."""
+    async def validated(self, ok: bool = True, timeout: float = 20.0,
+                        against: str = "rendered-worker-1") -> dict:  # fmt: skip
+        """The last validation, once /status says it passed (or failed) against `against`."""
         seen: dict = {}
 
         async def check() -> bool:
@@ -80,7 +81,7 @@ class Drifting:
                 seen = (await self.status()).get("validation") or {}
             except (aiohttp.ClientError, OSError):
                 return False
-            return seen.get("ok") is ok
+            return seen.get("ok") is ok and seen.get("against") == against
 
         deadline = asyncio.get_running_loop().time() + timeout
         while not await check():
@@ -91,7 +92,7 @@ class Drifting:
 
     async def degraded(self, text: str) -> str:
         annotations = await self.cluster.wait_annotations(
-            lambda a: a.get(P + "state") == "Degraded" and text in a.get(P + "reason", ""), 10
+            lambda a: a.get(P + "state") == "Degraded" and text in a.get(P + "reason", ""), 30
         )
         return annotations[P + "reason"]
 
@@ -218,13 +219,13 @@ async def test_the_agents_own_updates_are_never_drift(drifting: Drifting) -> Non
     d.cluster.add_config("rendered-worker-2", "v1", keys=["ssh-ed25519 AAAA-two"], units=UNITS)
     d.cluster.set_desired("rendered-worker-2")
     await d.cluster.wait_done("rendered-worker-2")
-    assert (await d.validated())["against"] == "rendered-worker-2"
+    await d.validated(against="rendered-worker-2")
     d.cluster.add_config("rendered-worker-3", "v2", keys=["ssh-ed25519 AAAA-three"], units=UNITS)
     d.cluster.set_desired("rendered-worker-3")
     await until(lambda: d.cluster.procs[-1].returncode == 3, what="the reboot")
     await d.start()
     await d.cluster.wait_done("rendered-worker-3")
-    assert (await d.validated())["against"] == "rendered-worker-3"
+    await d.validated(against="rendered-worker-3")
     assert d.events("ConfigDriftDetected") == []
     assert "Degraded" not in d.states, d.states
     assert d.cluster.reboots() == 1

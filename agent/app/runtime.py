@@ -442,7 +442,7 @@ async def _file_passes(
     log = structlog.get_logger("agent")
     failures = 0
     while True:
-        seen, started = watch.mark(), time.time()
+        seen = watch.mark()
         drifted.clear()  # what the monitor sees from here on brings the next pass
         try:
             if options.policy_file is not None:  # the allowlist of this pass, then its input
@@ -467,6 +467,10 @@ async def _file_passes(
             print(outcome.plan.render_text(), file=out)
             print(outcome.reason, file=out)
             return EXIT_DONE
+        if outcome.state == DONE and guard.unchecked and not options.once:
+            # An update (or a forced re-apply) just ended: validate what it left before the
+            # status says Done with the last validation, and watch it from now on.
+            continue
         phase = journal_phase(engine)
         validation = {"validation": guard.last.to_json() if guard.last else None}
         write_status(host, outcome, phase, board, validation)
@@ -477,9 +481,6 @@ async def _file_passes(
             return exit_code(outcome)
         if outcome.state == REBOOTING:
             await asyncio.Event().wait()  # the shutdown stops us (SIGTERM)
-        checked = guard.last is not None and guard.last.at >= started
-        if outcome.state == DONE and guard.due() and not checked:
-            continue  # an update just ended: validate what it left, and watch it from now
         if outcome.state == DEGRADED and outcome.retryable:
             delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)]
             failures += 1

@@ -47,6 +47,7 @@ from agent.core.policy import (
     Allowlist,
     policy_from_machine_configuration,
 )
+from agent.core.validate import DRIFT_REASON_PREFIX
 from agent.errors import HostError, InputError, parsing
 from agent.host.ports import Host
 from agent.model.etc_drift import DEFAULT_ETC_IGNORE
@@ -336,7 +337,10 @@ class ClusterAgent:
         # the backoff's.)
         retry, self._retrying = self._retrying == desired.key, None
         self.mcn.record(M.needs_update(self.name))
-        if not node.is_done() and not stuck and not retry:
+        # Not over a drift Degraded that just healed: the pass ends Done at once (the MCD too
+        # keeps a Degraded node from flapping through Working).
+        drift_healed = (node.get(A.REASON) or "").startswith(DRIFT_REASON_PREFIX)
+        if not node.is_done() and not stuck and not retry and not drift_healed:
             await self._set_state("Working", "")
         self.steps.begin(str(journal.phase))
         try:

@@ -32,6 +32,7 @@ _NOT_ENABLED = frozenset({"disabled", "masked", "masked-runtime", "not-found"})
 _ENABLED = frozenset({"enabled", "enabled-runtime"})
 _MASKED = frozenset({"masked", "masked-runtime"})
 _SHOWN_FINDINGS = 3
+DRIFT_REASON_PREFIX = "unexpected on-disk state validating against "
 
 
 @dataclass(frozen=True)
@@ -192,4 +193,4 @@ def drift_reason(config_name: str, found: Iterable[Finding]) -> str:
     shown = "; ".join(f.text for f in items[:_SHOWN_FINDINGS])
     more = len(items) - _SHOWN_FINDINGS
     tail = f" (and {more} more)" if more > 0 else ""
-    return f"unexpected on-disk state validating against {config_name}: {shown}{tail}"
+    return f"{DRIFT_REASON_PREFIX}{config_name}: {shown}{tail}"

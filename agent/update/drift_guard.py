@@ -63,6 +63,12 @@ class DriftGuard:
         self._dirty, self._from_monitor = True, True
         self._wakeup()
 
+    @property
+    def unchecked(self) -> bool:
+        """Whether something may have changed since the last validation (a start, a drift
+        event, an update that stopped the monitor)."""
+        return self._dirty
+
     def due(self) -> bool:
         """Whether a settled node needs validating: after a start, a drift event, or while
         no monitor runs (after an update, or after the monitor gave up)."""
@@ -82,10 +88,11 @@ class DriftGuard:
         a drift event or a stopped monitor make it due); `recorded`: a config is recorded on
         the host (a first start's adopted one says what the cluster thinks, not what was
         ever written here: nothing is checked against it); `image`: the one recorded."""
-        if (settled and not self.due()) or not recorded:
+        if settled and not self.due():
             return None
-        current = engine.current_config()
+        current = engine.current_config() if recorded else None
         if current is None:
+            self._dirty = False  # nothing to check against: nothing left unchecked
             return None
         target = desired.target.digest if desired.target else None
         return await self.check(

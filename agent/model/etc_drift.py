@@ -69,6 +69,18 @@ DEFAULT_ETC_IGNORE: tuple[str, ...] = (
     "/etc/kubernetes/kubeconfig",  # rewritten on CA rotation
     "/etc/mco/*",  # the cert writer's output
     "/etc/docker/certs.d/*",  # registry CAs, written live
+    "/etc/fstab",  # the host's own mounts, written at install
+    "/etc/crypttab",  # the host's own encrypted volumes, written at install
+    "/etc/mtab",  # the kernel's mounts
+    "/etc/selinux/*",  # the policy store, rebuilt on the host when modules or booleans change
+    "/etc/iscsi/initiatorname.iscsi",  # a per-host name, generated at first boot
+    "/etc/udev/hwdb.bin",  # compiled on the host by systemd-hwdb
+    "/etc/tuned/active_profile",  # tuned's runtime choice
+    "/etc/tuned/profile_mode",  # tuned's runtime choice
+    "/etc/lvm/devices/*",  # LVM's device list of this host
+    "/etc/lvm/archive/*",  # LVM's metadata history of this host
+    "/etc/lvm/backup/*",  # LVM's metadata backup of this host
+    "/etc/NetworkManager/system-connections/*",  # the host's own connections
 )
 
 

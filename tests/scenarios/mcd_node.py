@@ -59,25 +59,29 @@ def prepare(root: Path, rendered: dict[str, Any], keys: list[str], *, image: str
         write(root, path, text, 0o600)
 
 
+def entry(path: Path, *, with_mtime: bool = True) -> tuple:
+    """One entry as a snapshot records it: type and mode, owner, size, inode, mtime, and its
+    contents (a sha256; a link's target)."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        content = os.readlink(path)
+    elif stat.S_ISREG(info.st_mode):
+        content = hashlib.sha256(path.read_bytes()).hexdigest()
+    else:
+        content = ""
+    mtime = info.st_mtime_ns if with_mtime else None
+    return (info.st_mode, info.st_uid, info.st_gid, info.st_size, info.st_ino, mtime, content)
+
+
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every entry under `root` but the agent's own state directory (which it creates at its
-    first start, in /var/lib, whose mtime that changes): type, mode, owner, size, inode,
-    mtime and contents (a digest), links by target. Equal snapshots: nothing written."""
+    first start, in /var/lib, whose mtime that changes). Equal snapshots: nothing written."""
     found: dict[str, tuple] = {}
     for folder, dirs, files in os.walk(root):
         rel_folder = Path(folder).relative_to(root)
         dirs[:] = [d for d in dirs if str(rel_folder / d) != STATE_DIR]
         for name in (*dirs, *files):
-            path = Path(folder) / name
-            info = path.lstat()
-            parent_of_state = str(rel_folder / name) == str(Path(STATE_DIR).parent)
-            mtime = None if parent_of_state else info.st_mtime_ns
-            if stat.S_ISLNK(info.st_mode):
-                content = os.readlink(path)
-            elif stat.S_ISREG(info.st_mode):
-                content = hashlib.sha256(path.read_bytes()).hexdigest()
-            else:
-                content = ""
-            found[str(rel_folder / name)] = (info.st_mode, info.st_uid, info.st_gid, info.st_size,
-                                             info.st_ino, mtime, content)  # fmt: skip
+            rel = rel_folder / name
+            parent_of_state = str(rel) == str(Path(STATE_DIR).parent)
+            found[str(rel)] = entry(Path(folder) / name, with_mtime=not parent_of_state)
     return found

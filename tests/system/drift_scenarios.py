@@ -10,7 +10,6 @@ first 50 ms poll that sees the report) is printed, never asserted: only bounded 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -29,7 +28,7 @@ from agent.demo.fakekube import FakeKube
 from agent.demo.loopback import SA_RULES, SCOPED_SA_RULES
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
 from tests import secrets_canary as canary
-from tests.scenarios.mcd_node import P, done_annotations
+from tests.scenarios.mcd_node import P, done_annotations, entry
 from tests.system.machine import Machine, MachineError
 from tests.system.registry import free_port
 from tests.system.world import (
@@ -286,17 +285,7 @@ def snapshot(m: Machine) -> dict[str, tuple]:
         for folder, dirs, files in os.walk(base):
             entries += [Path(folder) / name for name in (*dirs, *files)]
         for path in entries:
-            info = path.lstat()
-            if stat.S_ISLNK(info.st_mode):
-                content = os.readlink(path)
-            elif stat.S_ISREG(info.st_mode):
-                content = hashlib.sha256(path.read_bytes()).hexdigest()
-            else:
-                content = ""
-            found["/" + str(path.relative_to(m.root))] = (
-                info.st_mode, info.st_uid, info.st_gid, info.st_size, info.st_ino,
-                info.st_mtime_ns, content,
-            )  # fmt: skip
+            found["/" + str(path.relative_to(m.root))] = entry(path)
     return found
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 from agent.core.desired import Desired
-from agent.core.policy import FORCE_FILE, Allowlist
+from agent.core.policy import Allowlist
 from agent.errors import HostError, InputError, describe_fault, fault_frames, parsing
 from agent.host.durable import write_json
 from agent.host.ports import Host
@@ -401,9 +401,7 @@ async def _guarded_pass(engine: Engine, desired: Desired, guard: DriftGuard) -> 
         return await _reconcile(engine, desired, False)
     settled = rec.phase == Phase.IDLE and rec.update_key == desired.key
     force = await guard.forced()
-    if force:
-        structlog.get_logger("agent").info(f"Skipping on-disk validation; {FORCE_FILE} present")
-    else:
+    if not force:
         try:
             reason = await guard.gate(engine, desired, settled=settled,
                                       recorded=rec.current_name is not None,

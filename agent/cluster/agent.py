@@ -41,12 +41,7 @@ from agent.cluster.passes import PassLoop
 from agent.cluster.prestager import PoolTarget, PrestageOptions, Prestager
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
-from agent.core.policy import (
-    BUILTIN_POLICY,
-    FORCE_FILE,
-    Allowlist,
-    policy_from_machine_configuration,
-)
+from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration
 from agent.core.validate import DRIFT_REASON_PREFIX
 from agent.errors import HostError, InputError, parsing
 from agent.host.ports import Host
@@ -285,9 +280,7 @@ class ClusterAgent:
                 self.log.info("dry run", plan=outcome.plan.to_json() if outcome.plan else None)
             return None
         force = journal.phase not in IN_FLIGHT and await self.drift.forced()
-        if force:
-            self.log.info(f"Skipping on-disk validation; {FORCE_FILE} present")
-        elif journal.phase not in IN_FLIGHT:
+        if not force and journal.phase not in IN_FLIGHT:
             idle = settled and str(journal.phase) == "idle"
             blocked = await self._check_host(node, desired, journal, settled=idle)
             if blocked is not None:

@@ -109,6 +109,11 @@ def _parse_line(line: str, number: int) -> EtcChange:
     return EtcChange(kind, "/etc/" + rel)
 
 
+def ignored(path: str, ignore: Iterable[str]) -> bool:
+    """Whether `path` matches one of the `ignore` patterns (fnmatch; `*` crosses `/`)."""
+    return any(fnmatchcase(path, pattern) for pattern in ignore)
+
+
 def image_drift(changes: Iterable[EtcChange], ignore: Iterable[str] = DEFAULT_ETC_IGNORE,
                 also_ignored: Iterable[str] = ()) -> tuple[EtcChange, ...]:  # fmt: skip
     """The changes that are drift from the image: `M` and `D` (an `A` is a host-local
@@ -121,7 +126,7 @@ def image_drift(changes: Iterable[EtcChange], ignore: Iterable[str] = DEFAULT_ET
         for change in changes
         if change.kind in ("M", "D")
         and change.path not in exact
-        and not any(fnmatchcase(change.path, pattern) for pattern in patterns)
+        and not ignored(change.path, patterns)
     )
 
 

@@ -75,7 +75,11 @@ class DriftGuard:
         return self._dirty or not self.monitor.running
 
     async def forced(self) -> bool:
-        return await asyncio.to_thread(self.host.files.read, FORCE_FILE) is not None
+        """Whether the force file is there (then the pass skips the validation)."""
+        present = await asyncio.to_thread(self.host.files.read, FORCE_FILE) is not None
+        if present:
+            self.log.info(f"Skipping on-disk validation; {FORCE_FILE} present")
+        return present
 
     async def consume_force(self) -> None:
         await asyncio.to_thread(self.host.files.delete, FORCE_FILE)
@@ -95,21 +99,13 @@ class DriftGuard:
             self._dirty = False  # nothing to check against: nothing left unchecked
             return None
         target = desired.target.digest if desired.target else None
-        return await self.check(
-            current, engine.policy, image or current.os_image_url, before_update=not settled,
-            # Only an update ahead stages the target again (drained, at the controller's
-            # pace); a settled node running another image is reported, never rebooted.
-            image_changes=lambda booted: not settled and target is not None and target != booted,
-        )  # fmt: skip
+        return await self._check(current, engine.policy, image or current.os_image_url,
+                                 before_update=not settled, target=target)  # fmt: skip
 
-    async def check(
-        self, config: MachineConfig, policy: LivePolicy, image: str | None, *,
-        before_update: bool, image_changes: Callable[[str | None], bool],
-    ) -> str | None:  # fmt: skip
+    async def _check(self, config: MachineConfig, policy: LivePolicy, image: str | None, *,
+                     before_update: bool, target: str | None) -> str | None:  # fmt: skip
         """Validate, report what is new, watch again; the Degraded reason when the host
-        differs in a way an update must not go past, else None. `image_changes(booted
-        digest)`: whether the update ahead stages an image other than the booted one (then a
-        booted image other than the recorded one does not block it: the update ends it)."""
+        differs in a way the pass must not go past, else None."""
         # The MCD's three: at its start, before an update, and from its monitor (here also
         # a settled node's check after an update, which is what the monitor would see).
         if not self._validated:
@@ -124,7 +120,11 @@ class DriftGuard:
         result = await self.validator.validate(expected)
         self._validated = True
         self.metrics.validated.labels("ok" if result.ok else "drift").set(result.at)
-        blocking = result.blocking(image_changes=image_changes(result.booted_digest))
+        # Only an update ahead stages the target again (drained, at the controller's pace):
+        # then a booted image other than the recorded one is what it ends. A settled node
+        # running another image is reported, never rebooted.
+        image_changes = before_update and target is not None and target != result.booted_digest
+        blocking = result.blocking(image_changes=image_changes)
         if not blocking:
             self._found_at, self._reported = 0.0, None
             self.metrics.config_drift.set(0)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
@@ -23,6 +22,7 @@ import structlog
 from agent.core.validate import Expectations
 from agent.errors import HostError
 from agent.host.inotify import DirectoryWatch, DirEvent
+from agent.model.etc_drift import ignored
 
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system")
 _LINK_DIRS = (".wants", ".requires")
@@ -37,7 +37,7 @@ def image_etc_files(root: Path, ignore: Iterable[str], skip: Iterable[str]) -> l
     for folder, dirs, files in os.walk(base):  # never follows a link out of the tree
         for name in (*files, *(d for d in dirs if (Path(folder) / d).is_symlink())):
             path = "/etc/" + str(Path(folder, name).relative_to(base))
-            if path not in skipped and not any(fnmatch.fnmatch(path, p) for p in patterns):
+            if path not in skipped and not ignored(path, patterns):
                 found.append(path)
     return sorted(found)
 

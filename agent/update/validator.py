@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -19,7 +19,6 @@ from agent.core.validate import (
     FileFacts,
     Finding,
     HostFacts,
-    drift_reason,
     expectations,
     findings,
 )
@@ -37,17 +36,12 @@ class Validation:
     at: float
     against: str
     found: tuple[Finding, ...] = ()
-    expected: Expectations | None = field(default=None, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # what could not be checked, and why
     booted_digest: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.found
-
-    @property
-    def reason(self) -> str:
-        return drift_reason(self.against, self.found) if self.found else ""
 
     def blocking(self, *, image_changes: bool) -> tuple[Finding, ...]:
         """The findings an update must not go past. A booted image other than the recorded
@@ -99,7 +93,7 @@ class Validator:
             etc_changes=await self._etc_changes(notes),
         )
         found = findings(expected, facts, self.etc_ignore)
-        result = Validation(time.time(), expected.config_name, found, expected, tuple(notes),
+        result = Validation(time.time(), expected.config_name, found, tuple(notes),
                             status.booted_digest)  # fmt: skip
         self.last = result
         # Paths and wording only: findings never carry file contents.

@@ -12,6 +12,7 @@ import pytest
 
 from agent.core.policy import PULL_SECRET, SSH_KEYS_PATH
 from agent.demo.loopback import Cluster, P
+from agent.model.bootc_releases import PERSONAS
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
 from tests.scenarios.harness import exits, until
 from tests.scenarios.mcd_node import STATE_DIR, done_annotations, prepare, snapshot, write
@@ -154,6 +155,27 @@ async def test_the_mcds_file_wins_over_the_agents_own_record(tmp_path: Path) -> 
                                 for e in cluster.kube.list("events", "default")))  # fmt: skip
         assert snapshot(root) == before and cluster.reboots() == 0
         reasons = [e["reason"] for e in cluster.kube.list("events", "default")]
+        assert "OnDiskStateValidationFailed" not in reasons
+    finally:
+        await cluster.close()
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+async def test_the_takeover_validates_on_every_bootc_release(tmp_path: Path, persona: str) -> None:
+    # The booted digest comes from each release's `bootc status` (its own schema fields).
+    cluster = await mcd_node(tmp_path)
+    try:
+        cluster.sim.set_bootc_version(persona)
+        before = snapshot(cluster.sim.root)
+        await cluster.start_agent()
+        await until(lambda: any(e["reason"] == "NodeDone"
+                                for e in cluster.kube.list("events", "default")))  # fmt: skip
+        assert snapshot(cluster.sim.root) == before and cluster.reboots() == 0
+        # and watched from then on
+        keys = cluster.sim.root / SSH_KEYS_PATH.lstrip("/")
+        keys.chmod(0o644)
+        await cluster.wait_annotations(lambda a: "mode mismatch" in a.get(P + "reason", ""))
+        reasons = {e["reason"] for e in cluster.kube.list("events", "default")}
         assert "OnDiskStateValidationFailed" not in reasons
     finally:
         await cluster.close()

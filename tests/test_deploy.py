@@ -12,7 +12,7 @@ import aiohttp
 import yaml
 
 from agent.app.cli import build_parser
-from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES
+from agent.demo.loopback import LEASE_RULES, NAMESPACED_SA_RULES, SA_RULES
 from agent.observe.http import StatusBoard, make_app, serve
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -30,15 +30,19 @@ def test_rbac_matches_what_the_agent_uses() -> None:
 
 def test_namespaced_rbac_matches_what_the_agent_uses() -> None:
     docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
-    role = next(d for d in docs if d["kind"] == "Role")
-    granted = {(verb, group, resource) for rule in role["rules"]
-               for group in rule["apiGroups"] for resource in rule["resources"]
-               for verb in rule["verbs"]}  # fmt: skip
-    assert granted == set(NAMESPACED_SA_RULES)
-    assert role["rules"][0]["resourceNames"] == ["kubeconfig-data"]
-    binding = next(d for d in docs if d["kind"] == "RoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+    roles = [d for d in docs if d["kind"] == "Role"]
+
+    def granted(role: dict) -> set[tuple[str, str, str]]:
+        return {(verb, group, resource) for rule in role["rules"]
+                for group in rule["apiGroups"] for resource in rule["resources"]
+                for verb in rule["verbs"]}  # fmt: skip
+
+    assert [granted(role) for role in roles] == [set(NAMESPACED_SA_RULES), set(LEASE_RULES)]
+    assert roles[0]["rules"][0]["resourceNames"] == ["kubeconfig-data"]
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    for role, binding in zip(roles, bindings, strict=True):
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
 
 
 def test_daemonset_parses_and_runs_the_agent() -> None:

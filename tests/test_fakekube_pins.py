@@ -28,7 +28,7 @@ from agent.demo.fakekube import (
     rules_for_user,
     service_account_rules,
 )
-from agent.demo.loopback import NAMESPACED_SA_RULES, SA_RULES, SCOPED_SA_RULES
+from agent.demo.loopback import LEASE_RULES, NAMESPACED_SA_RULES, SA_RULES, SCOPED_SA_RULES
 from tests.scenarios.fake import AGENT_SA, MCO_NS, agent_rules
 
 TOP = Path(__file__).resolve().parents[1]
@@ -189,14 +189,16 @@ def test_rules_from_rbac_yaml_match_the_demos() -> None:
     assert cluster_wide == set(SA_RULES)
     scoped = [r for r in rules if r.namespace]
     kubeconfig_data = Rule("get", "", "configmaps", MCO_NS, ("kubeconfig-data",))
-    assert scoped == SCOPED_SA_RULES == [kubeconfig_data]
-    assert {r[:3] for r in scoped} == set(NAMESPACED_SA_RULES)
+    leases = [Rule(*rule, MCO_NS) for rule in LEASE_RULES]
+    assert scoped == SCOPED_SA_RULES == [kubeconfig_data, *leases]
+    assert {r[:3] for r in scoped} == set(NAMESPACED_SA_RULES) | set(LEASE_RULES)
     # The SCC grant is cluster-wide, for one name (nothing here serves it).
     assert [r for r in rules if r.names and not r.namespace] == [
         Rule("use", "security.openshift.io", "securitycontextconstraints", "", ("privileged",))
     ]
-    # image-mode-agent-node-writer has no binding in the file: nothing of it is granted.
-    assert not [r for r in rules if r.resource in ("nodes", "events")]
+    # image-mode-agent-node-writer has no binding in the file: nothing of it is granted (the
+    # pre-pull order's one list of Nodes is the service account's own, read-only rule).
+    assert [r for r in rules if r.resource in ("nodes", "events")] == [Rule("list", "", "nodes")]
 
 
 def test_rules_follow_bindings_and_subjects() -> None:

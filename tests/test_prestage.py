@@ -405,7 +405,7 @@ async def test_killed_while_prestaging_resumes_without_refetching(pools: Pools) 
     await proc.wait()
     assert pools.journal_prestage() == c.images["slow"]  # the intent was written first
     # A huge jitter: a restart resumes its pre-stage at once instead of waiting again.
-    await c.start_agent("--prestage-jitter", "100000")
+    await c.start_agent("--prestage-slots", "unbounded", "--prestage-jitter", "100000")
     await pools.wait_staged("slow")
     assert pools.pulls("slow") == 3  # the layer fetched before the kill was kept
 
@@ -463,7 +463,14 @@ async def test_jitter_never_delays_the_nodes_turn(pools: Pools) -> None:
     c = pools.c
     c.add_config("rendered-worker-2", "v2", keys=KEYS)
     pools.set_pool("worker", "rendered-worker-1")
-    await c.start_agent("--listen", f"127.0.0.1:{pools.port}", "--prestage-jitter", "100000")
+    await c.start_agent(
+        "--listen",
+        f"127.0.0.1:{pools.port}",
+        "--prestage-slots",
+        "unbounded",
+        "--prestage-jitter",
+        "100000",
+    )
     await c.wait_done("rendered-worker-1")
     pools.set_pool("worker", "rendered-worker-2")
     await pools.wait_metric('image_mode_agent_prestage_state{state="waiting"}', 1)

@@ -41,6 +41,13 @@ tag to it), and point `image-mode-agent run --host simulated:DIR` at it:
 """
 
 
+def _slots(text: str) -> str:
+    """`--prestage-slots`: auto, unbounded, or a whole number >= 1."""
+    if text in ("auto", "unbounded") or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"expected auto, unbounded or a number >= 1, got {text!r}")
+
+
 def _read_file(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -381,10 +388,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="stage the pool's target image locked before this node's turn (default: pool)",
     )
     cluster.add_argument(
+        "--prestage-slots",
+        type=_slots,
+        default="auto",
+        metavar="auto|K|unbounded",
+        help="pre-pulls at once per pool, in the controller's order (Leases): auto = the "
+        "pool's maxUnavailable (default); unbounded = every node after --prestage-jitter",
+    )
+    cluster.add_argument(
         "--prestage-jitter",
         type=float,
         default=60.0,
-        help="seconds: a pre-stage starts after a random delay up to this (registry load)",
+        help="seconds, with --prestage-slots unbounded only: a pre-stage starts after a "
+        "random delay up to this",
+    )
+    cluster.add_argument(
+        "--prestage-lease-namespace",
+        default="openshift-machine-config-operator",
+        help="namespace of the pre-pull lanes' Leases (RBAC: deploy/rbac.yaml)",
+    )
+    cluster.add_argument(
+        "--prestage-lease-seconds",
+        type=int,
+        default=30,
+        help="a pre-pull lane's lease: renewed every third, taken over after it runs out",
     )
     cluster.add_argument(
         "--prestage-retry",

@@ -149,6 +149,9 @@ async def run_cluster_source(
     node_name = getattr(args, "node_name", None) or os.environ.get("NODE_NAME")
     if not node_name:
         raise InputError("no node name: pass --node-name or set NODE_NAME", field="--node-name")
+    if getattr(args, "prestage_lease_seconds", 30) < 3:
+        raise InputError("must be at least 3 (renewed every third)",
+                         field="--prestage-lease-seconds")  # fmt: skip
     api = await Kube.connect(getattr(args, "kubeconfig", None))
     node_kubeconfig = getattr(args, "node_kubeconfig", None)
     node_api = await Kube.connect(node_kubeconfig) if node_kubeconfig else api
@@ -161,8 +164,13 @@ async def run_cluster_source(
         soft_reboot=getattr(args, "allow_soft_reboot", False),
         prestage=PrestageOptions(
             mode=getattr(args, "prestage", "pool"),
+            slots=getattr(args, "prestage_slots", "auto"),
             jitter=getattr(args, "prestage_jitter", 60.0),
             retry_initial=getattr(args, "prestage_retry", 10.0),
+            lease_namespace=getattr(
+                args, "prestage_lease_namespace", "openshift-machine-config-operator"
+            ),
+            lease_seconds=getattr(args, "prestage_lease_seconds", 30),
         ),
         etc_ignore=etc_ignore(getattr(args, "etc_drift_ignore", None)),
     )

@@ -155,7 +155,7 @@ class ClusterAgent:
         self.prestager: Prestager | None = None
         if options.prestage.mode == "pool" and not options.dry_run:
             source = PoolTarget(api, self.node, self.events, self._pool_desired,
-                                options.prestage.repick)  # fmt: skip
+                                options.prestage.repick, options.prestage)  # fmt: skip
             self.prestager = Prestager(self.node, self.engine, self.events, self.board.metrics,
                                        source, options.prestage)  # fmt: skip
         # Read at scrape time: every request counts, also those after the last pass.
@@ -450,6 +450,8 @@ class ClusterAgent:
         """After staging, before the reboot: drain, then say we reboot."""
         node = A.NodeView.of(self.node.obj or {})
         target, name = desired.target, desired.config.name
+        if self.prestager is not None:  # the next node's pre-pull overlaps this drain
+            await self.prestager.turn_staged()
         await self.events.emit("OSUpdateStaged", f"Changes to OS staged: {target}")
         if not node.single_replica:
             await self.events.emit("Drain", f"Draining node to update config {name}")

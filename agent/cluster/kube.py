@@ -124,6 +124,10 @@ class Kube:
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body=body)
 
+    async def put(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """An update: 409 when `body`'s resourceVersion is not the stored one."""
+        return await self.request("PUT", path, body=body)
+
     async def watch(
         self, path: str, query: list[tuple[str, str]], server_timeout: int = 300
     ) -> AsyncIterator[dict[str, Any]]:
@@ -147,6 +151,12 @@ def node_path(name: str) -> str:
 
 def custom_path(group: str, version: str, plural: str, name: str | None = None) -> str:
     base = f"/apis/{group}/{version}/{plural}"
+    return f"{base}/{name}" if name else base
+
+
+def namespaced_path(group: str, version: str, namespace: str, plural: str,
+                    name: str | None = None) -> str:  # fmt: skip
+    base = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}"
     return f"{base}/{name}" if name else base
 
 

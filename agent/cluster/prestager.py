@@ -27,6 +27,14 @@ from agent.cluster.events import EventRecorder
 from agent.cluster.kube import MACHINECONFIGS, TRANSIENT, Kube, KubeError
 from agent.cluster.pool import MACHINECONFIGPOOLS, PoolError, primary_pool
 from agent.cluster.prestage import Act, Decision, decide, pool_target
+from agent.cluster.pull_lanes import LaneLost, PullLane
+from agent.cluster.pull_order import (
+    label_selector,
+    pool_members,
+    pool_size_note,
+    queue_of,
+    slots_for,
+)
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
 from agent.errors import HostError, InputError
@@ -41,10 +49,19 @@ _NO_RETRY = frozenset({"disk-space", "unsupported", "input", "signature"})
 @dataclass(frozen=True)
 class PrestageOptions:
     mode: str = "pool"  # "pool" or "off"
-    jitter: float = 60.0  # the start is delayed by up to this many seconds (registry load)
+    # "auto" (K = the pool's maxUnavailable), a number K, or "unbounded": every node of the
+    # pool pre-pulls at once after `jitter` (the behaviour before the lanes).
+    slots: str = "auto"
+    jitter: float = 60.0  # unbounded only: the start is delayed by up to this many seconds
     retry_initial: float = 10.0
     retry_max: float = 600.0
     repick: float = 600.0  # seconds between re-listing the pools (a new custom pool)
+    lease_namespace: str = "openshift-machine-config-operator"
+    lease_seconds: int = 30
+
+    @property
+    def bounded(self) -> bool:
+        return self.slots != "unbounded"
 
 
 class TargetSource(Protocol):
@@ -66,6 +83,10 @@ class TargetSource(Protocol):
         InputError when it cannot be used."""
         ...
 
+    async def lane(self, target: str) -> PullLane | None:
+        """This node's pre-pull lane for `target` (None: pre-pulls are not bounded here)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -82,9 +103,13 @@ class PoolTarget:
         events: EventRecorder,
         desired_of: Callable[[dict[str, Any]], Desired],
         repick: float,
+        options: PrestageOptions | None = None,
     ) -> None:
         self.api, self.node, self.events, self.desired_of = api, node, events, desired_of
         self.repick = repick
+        self.options = options or PrestageOptions(repick=repick)
+        self._pools: list[dict[str, Any]] = []  # the last listing, for the members' pool rule
+        self._lane: PullLane | None = None
         self.on_change: Callable[[], None] = lambda: None
         self.pool = NamedWatch(api, MACHINECONFIGPOOLS, on_change=lambda: self.on_change())
         self.rendered = NamedWatch(api, MACHINECONFIGS, on_change=lambda: self.on_change())
@@ -102,7 +127,43 @@ class PoolTarget:
         rendered = await self.rendered.get(target)
         return None if rendered is None else self.desired_of(rendered)
 
+    async def lane(self, target: str) -> PullLane | None:
+        if not self.options.bounded:
+            return None
+        if self._lane is not None and self._lane.queue.target == target:
+            return self._lane
+        await self._drop_lane()
+        pool = await self._pool()
+        watch = self.pool.watch
+        if pool is None or watch is None:
+            return None
+        selector = label_selector((pool.get("spec") or {}).get("nodeSelector"))
+        # One list per target, served from the API server's watch cache (resourceVersion=0):
+        # the order is read once, not followed (no watch on every Node of the pool).
+        query = {"resourceVersion": "0", **({"labelSelector": selector} if selector else {})}
+        listing = await self.api.get("/api/v1/nodes", **query)
+        members = pool_members(watch.name, listing.get("items") or [], self._pools)
+        try:
+            slots = slots_for(self.options.slots, pool, len(members))
+        except PoolError as exc:
+            self.log.warning("pre-pulls not bounded", error=str(exc))
+            return None
+        queue = queue_of(self.node.name, members, target, slots)
+        if queue is None:
+            return None
+        self.log.info("pre-pull queue", pool=watch.name, target=target, order=pool_size_note(queue))
+        self._lane = PullLane(self.api, namespace=self.options.lease_namespace, pool=watch.name,
+                              me=self.node.name, queue=queue,
+                              duration=self.options.lease_seconds)  # fmt: skip
+        return self._lane
+
+    async def _drop_lane(self) -> None:
+        if self._lane is not None:
+            await self._lane.close()
+            self._lane = None
+
     async def close(self) -> None:
+        await self._drop_lane()
         await self.pool.close()
         await self.rendered.close()
 
@@ -115,8 +176,9 @@ class PoolTarget:
             return watch.obj if watch is not None else None
         self._labels, self._picked_at = labels, now
         listing = await self.api.get(MACHINECONFIGPOOLS)
+        self._pools = listing.get("items") or []
         try:
-            name = primary_pool(self.node.name, labels, listing.get("items") or [])
+            name = primary_pool(self.node.name, labels, self._pools)
         except PoolError as exc:
             await self.events.emit("PrestageSkipped", f"{exc}; pre-staging is off until this "
                                    "is fixed", warning=True)  # fmt: skip
@@ -151,6 +213,13 @@ class Prestager:
         self._pulled = False  # the task's pre-stage was a pre-pull (checked again on wake-up)
         self._stopped_key: str | None = None  # a pre-stage stopped for good (full disk)
         self._paused = 0
+        # Bounded pre-pulls: the lane this node holds (renewed by `_keeper`), the target whose
+        # pull is over (its lane passed on), and the turn's own hold of the lane.
+        self._held: PullLane | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._passed: str | None = None
+        self._turn: asyncio.Task[None] | None = None
+        self._turn_over = asyncio.Event()
         self.log = structlog.get_logger("prestage").bind(node=node.name)
 
     @property
@@ -167,11 +236,21 @@ class Prestager:
         to the update (it adopts the stage unit of the same image, or replaces it)."""
         self._paused += 1
         try:
-            await self._cancel_task()
+            await self._cancel_task(keep_lane=True)
+            self._start_turn()
             yield
         finally:
             self._paused -= 1
+            self._turn_over.set()
             self.poke()
+
+    async def turn_staged(self) -> None:
+        """The turn's image is staged (before its drain): its lane goes to the next node,
+        which pre-pulls while this one drains and reboots."""
+        self._turn_over.set()
+        if self._turn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._turn), 10.0)
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self) -> None:
@@ -195,6 +274,10 @@ class Prestager:
                         await self.wakeup.wait()
         finally:
             await self._cancel_task()
+            for task in (self._turn, self._keeper):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             await self.source.close()
 
     async def _step(self) -> None:
@@ -207,9 +290,10 @@ class Prestager:
             case Act.WAIT:
                 pass
             case Act.HANDOVER:
-                await self._cancel_task()
+                await self._cancel_task(keep_lane=True)  # the turn adopts pull and lane
             case Act.DROP:
                 await self._cancel_task()
+                await self._release(passed=True)
                 self._stopped_key = None
                 if self.engine.prestaged() is not None:
                     await self.engine.drop_prestage()
@@ -245,21 +329,112 @@ class Prestager:
     def _task_done(self) -> bool:
         return self._task is not None and self._task.done()
 
-    async def _cancel_task(self) -> None:
+    async def _cancel_task(self, keep_lane: bool = False) -> None:
+        """Stop the running pre-stage; its lane is given back, or kept for the turn that
+        adopts its pull (`keep_lane`)."""
         task, self._task, self._task_key, self._pulled = self._task, None, None, False
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if not keep_lane:
+            await self._release(passed=False)
+
+    # -- the lane (bounded pre-pulls) ------------------------------------------------------
+    def _hold(self, lane: PullLane, owner: asyncio.Task[Any] | None) -> None:
+        """Keep `lane` renewed; if it is lost, `owner` (the pull through it) is stopped."""
+        if self._keeper is not None and self._held is lane:
+            return
+        self._held = lane
+
+        async def keep() -> None:
+            try:
+                await lane.keep()
+            except LaneLost as exc:
+                self.log.warning("pre-pull lane lost; the pull stops and queues again",
+                                 error=str(exc))  # fmt: skip
+                self._held, self._keeper = None, None
+                if owner is not None and owner is self._task:
+                    self._task_key = None  # queued again at the next step
+                    owner.cancel()
+                    self.poke()
+
+        self._keeper = asyncio.create_task(keep())
+
+    async def _release(self, *, passed: bool) -> None:
+        lane, keeper = self._held, self._keeper
+        self._held, self._keeper = None, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+        if lane is not None:
+            await lane.release(passed=passed)
+            if passed:
+                self._passed = lane.queue.target
+
+    def _start_turn(self) -> None:
+        """The node's turn for the pool's target: its pull takes the lane if the lane is free
+        (never waiting for it) so that no pre-pull starts beside it, and the lane passes on
+        once the turn's image is staged. The update does not wait for any of this."""
+        desired = A.NodeView.of(self.node.obj or {}).desired_config
+        if not self.options.bounded or desired is None or self._passed == desired:
+            return
+        if self._turn is not None and not self._turn.done():
+            return
+        self._turn_over.clear()
+        self._turn = asyncio.create_task(self._hold_for_turn(desired))
+
+    async def _hold_for_turn(self, target: str) -> None:
+        try:
+            if self._held is not None and self._held.queue.target != target:
+                await self._release(passed=False)  # a pre-pull of an older target
+            lane = self._held or await self.source.lane(target)
+            if lane is None:
+                return
+            if self._held is lane:
+                self.log.info("turn adopts the pre-pull and its lane", lane=lane.name)
+            elif await lane.try_take():
+                self._hold(lane, owner=None)
+                self.log.info("turn pulls through its lane", lane=lane.name)
+            else:
+                self.log.info("turn pulls without its lane (another node holds it)",
+                              lane=lane.name)  # fmt: skip
+            await self._turn_over.wait()
+        except (KubeError, *TRANSIENT) as exc:
+            self.log.warning("turn's lane not taken", error=str(exc))
+            return
+        if self._held is lane:
+            await self._release(passed=True)
+        else:  # pulled without it: the successor still learns this node is through
+            await lane.release(passed=True)
+            self._passed = target
 
     # -- one pre-stage ---------------------------------------------------------------------
     async def _prestage(self, name: str, desired: Desired) -> None:
         target = str(desired.target)
-        resumed = self.engine.prestaged() == target  # started before a restart: no new jitter
-        delay = 0.0 if resumed else self.rng.uniform(0.0, max(0.0, self.options.jitter))
-        self._set_state("waiting")
-        self.log.info("pre-stage planned", config=name, image=target, delay=round(delay, 1))
-        await asyncio.sleep(delay)
+        lane = await self.source.lane(name)
+        if lane is None:  # unbounded: a random delay spreads the pool's pulls
+            resumed = self.engine.prestaged() == target  # started before a restart: no jitter
+            delay = 0.0 if resumed else self.rng.uniform(0.0, max(0.0, self.options.jitter))
+            self._set_state("waiting")
+            self.log.info("pre-stage planned", config=name, image=target, delay=round(delay, 1))
+            await asyncio.sleep(delay)
+        else:
+            self._set_state("queued")
+            self.log.info("pre-pull queued", config=name, image=target,
+                          order=pool_size_note(lane.queue))  # fmt: skip
+            why = await lane.acquire(lambda d: self.log.info("pre-pull waits", why=d.why))
+            self._hold(lane, owner=asyncio.current_task())
+            self.log.info("pre-pull lane held", lane=lane.name, why=why)
+        over = False  # the pull is over for good (done, or stopped): the lane passes on
+        try:
+            over = await self._pull(name, desired, target)
+        finally:
+            if lane is not None and self._held is lane and self._task is asyncio.current_task():
+                await self._release(passed=over)
+
+    async def _pull(self, name: str, desired: Desired, target: str) -> bool:
+        """The pre-stage with its retries; whether it is over (done or stopped for good)."""
 
         def retryable(exc: BaseException) -> bool:
             return isinstance(exc, HostError) and exc.kind not in _NO_RETRY
@@ -282,14 +457,14 @@ class Prestager:
         except HostError as exc:
             self._stopped_key = desired.key
             await self._failed(name, target, exc, retrying=False)
-            return
+            return True
         if result.skipped:
             self.log.info("not pre-staged", config=name, why=result.note)
             self._set_state("none")
             if result.note.startswith("pre-staging unavailable"):
                 await self.events.emit("PrestageSkipped", f"{self._what} {name}: "
                                        f"{result.note}", warning=True)  # fmt: skip
-            return
+            return True
         self._pulled = result.outcome.endswith("pulled")
         self._set_state("staged")
         self.log.info("pre-staged", config=name, image=target, result=str(result))
@@ -301,6 +476,7 @@ class Prestager:
             await self.events.emit("OSImagePrepulled", f"{self._what} {name}: OS image {target} "
                                    "pulled into the repository, nothing staged; this node's "
                                    f"turn fetches no layer ({result.note})")  # fmt: skip
+        return True
 
     async def _failed(self, name: str, target: str, exc: BaseException | None,
                       retrying: bool) -> None:  # fmt: skip

@@ -26,6 +26,7 @@ SA_RULES = [
         ("machineconfiguration.openshift.io", "machineconfigpools"),
     )
 ] + [
+    ("list", "", "nodes"),
     ("create", "", "pods/eviction"),
     ("get", "machineconfiguration.openshift.io", "machineconfignodes"),
     ("create", "machineconfiguration.openshift.io", "machineconfignodes"),
@@ -37,9 +38,15 @@ SA_RULES = [
 # (SA_RULES and this are what tests/test_deploy.py checks deploy/rbac.yaml against: the demo
 # runs from an installed wheel, which has no deploy/ to read them from.)
 NAMESPACED_SA_RULES = [("get", "", "configmaps")]
+# The pre-pull lanes' Leases (agent/cluster/pull_lanes.py), in the same namespace, any name.
+LEASE_RULES = [(verb, "coordination.k8s.io", "leases")
+               for verb in ("get", "list", "watch", "create", "update")]  # fmt: skip
 SCOPED_SA_RULES = [
-    Rule(*rule, namespace=KUBECONFIG_DATA_NAMESPACE, names=(KUBECONFIG_DATA_NAME,))
-    for rule in NAMESPACED_SA_RULES
+    *(
+        Rule(*rule, namespace=KUBECONFIG_DATA_NAMESPACE, names=(KUBECONFIG_DATA_NAME,))
+        for rule in NAMESPACED_SA_RULES
+    ),
+    *(Rule(*rule, namespace=KUBECONFIG_DATA_NAMESPACE) for rule in LEASE_RULES),
 ]
 IMAGE = "quay.example/os/node"
 CHECK = """#!/bin/sh

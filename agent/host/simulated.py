@@ -27,11 +27,29 @@ boot.
 
 Signatures: an image may be `signed_by` key files (paths, as policy.json names them). A stage
 told to enforce reads root/etc/containers/policy.json (or the stage's own policy) and answers
-as containers/image does: refused before any layer is pulled, with its words."""
+as containers/image does: refused before any layer is pulled, with its words.
+
+Pull time: an image is 64 MiB x (1 + its files) bytes. Without a shared link a layer takes the
+image's `pull_seconds` / LAYERS. With one (`set_shared_link`: registry.json `link`, set per
+host), many hosts' pulls share one registry, across processes: `link.dir` is a directory all
+of them name, `registry_bps` (B) the registry's bytes per second shared by every pull running
+at that moment, `link_bps` (b) each pull's own cap; `pull_seconds` is then not used. A pull that
+fetches anything registers itself in DIR/active (one file named `PID-ID.active`, removed when it
+ends however it ends; an entry whose process is dead is ignored and removed, so a killed agent
+does not hold bandwidth), then moves its layers' bytes in ticks of TICK seconds at
+min(b, B / n), n the live entries at that tick. Each start and end is one JSON line in
+DIR/pulls.log: `event` (start | end), `id`, `time` (epoch), `mono` (time.monotonic(): one clock
+for every process on the machine), `host` (`link.host`), `pid`, `digest`, `verb` (`pull`: the
+hidden image pull, only a pre-pull uses it; `stage`: a switch, a pre-stage or a turn: the log
+cannot tell, the Node's desiredConfig can), `locked`, `layer` (the first one fetched),
+`layers` and `bytes` to fetch; an end adds `outcome` (done | cancelled | failed) and `fetched`.
+Registry "down", a full disk and cancellation act as without a link, between layers; a layer
+cut off mid-way is fetched again from its start."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -62,6 +80,7 @@ _PASSWD = "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/home/
 _GROUP = "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n"
 _SHADOW = "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n"
 LAYERS = 3
+TICK = 0.05  # seconds between a shared-link pull's looks at how many pulls share the registry
 
 
 def _now() -> str:
@@ -242,6 +261,30 @@ class SimulatedHost:
         state = self._state()
         state["rollback_fails"] = fails
         write_json(self._state_path, state)
+
+    def set_shared_link(
+        self,
+        directory: Path | None,
+        *,
+        registry_bps: float = 0.0,
+        link_bps: float = 0.0,
+        host: str | None = None,
+    ) -> None:
+        """Pull through a registry shared with every host naming the same `directory`:
+        `registry_bps` shared by all pulls running at once, each capped at `link_bps`; `host`
+        names this host in the directory's pulls.log (default: its directory). None: back to
+        each image's `pull_seconds`."""
+        registry = self._registry()
+        if directory is None:
+            registry.pop("link", None)
+        else:
+            if registry_bps <= 0 or link_bps <= 0:
+                raise HostError("a shared link needs registry_bps and link_bps > 0", kind="input")
+            (Path(directory) / "active").mkdir(parents=True, exist_ok=True)
+            registry["link"] = {"dir": str(directory), "registry_bps": float(registry_bps),
+                                "link_bps": float(link_bps),
+                                "host": host or str(self.base)}  # fmt: skip
+        write_json(self._registry_path, registry)
 
     def set_registry_down(self, down: bool = True) -> None:
         """While set, the registry answers nothing: checks of a tag and pulls of a layer not
@@ -479,7 +522,8 @@ class SimulatedBootc:
         locked: bool = False,
         trust: StageTrust | None = None,
     ) -> int | None:
-        """Pull the layers not cached yet (pull_seconds/LAYERS each), then stage as asked, as
+        """Pull the layers not cached yet (pull_seconds/LAYERS each, or through the shared
+        link: the module's docstring), then stage as asked, as
         the real adapter does: `locked` is `switch --download-only` (from 1.16.10; refused
         before anything is pulled elsewhere), which an ordinary reboot discards; unlocked, a
         plain switch, which the next reboot boots. Returns the bytes fetched. Cancelling the
@@ -510,7 +554,7 @@ class SimulatedBootc:
         ):
             self._log_fetched(image.digest, 0, locked)
             return 0
-        fetched = await self._pull(image.digest, meta, on_progress)
+        fetched = await self._pull(image.digest, meta, on_progress, verb="stage", locked=locked)
         state = self.sim._state()
         if state["booted"]["digest"] == image.digest:
             state["staged"] = None  # switching to the booted image drops a staged one
@@ -548,7 +592,7 @@ class SimulatedBootc:
         meta = self._image(image, "Pulling")
         if trust.enforce:
             self._verify(image, meta, trust)
-        await self._pull(image.digest, meta, on_progress)
+        await self._pull(image.digest, meta, on_progress, verb="pull")
         imgref = pull_imgref(str(image.with_digest(image.digest)), signed=trust.enforce)
         pull = "internals ostree-container image pull --quiet"
         self.sim.log_action("bootc", f"{pull} {REPO} {imgref}")
@@ -595,7 +639,13 @@ class SimulatedBootc:
                 )
 
     async def _pull(
-        self, digest: str, meta: dict[str, Any], on_progress: ProgressCallback | None
+        self,
+        digest: str,
+        meta: dict[str, Any],
+        on_progress: ProgressCallback | None,
+        *,
+        verb: str,
+        locked: bool = False,
     ) -> int:
         """Fetch the layers not cached; returns the bytes fetched."""
         total = 64 * 1024 * 1024 * (1 + len(meta["files"]))
@@ -606,27 +656,46 @@ class SimulatedBootc:
         if on_progress and not missing:  # all cached: one report that it is complete
             on_progress(Progress(done_bytes=total, total_bytes=total, step="pulling",
                                  cached_bytes=total))  # fmt: skip
-        for layer in missing:
-            if self.sim._registry().get("down"):
-                raise HostError(
-                    f"error: Switching: Pulling: Importing: fetching {digest} layer {layer}: "
-                    "connection refused",
-                    kind="other",
-                )
-            if self.sim._state().get("disk_full"):
-                raise HostError(
-                    f"error: Switching: Pulling: Importing: Unpacking {digest} layer "
-                    f"{layer}/{LAYERS}: writing object: No space left on device (os error 28)",
-                    kind="disk-space",
-                )
-            await asyncio.sleep(seconds)
-            self.sim._cache_layer(digest, layer)
-            self.sim.log_action("pull", f"{digest}  layer {layer}/{LAYERS}")
-            cached.add(layer)
-            if on_progress:
-                done = total * len(cached) // LAYERS
-                on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling",
-                                     cached_bytes=at_start))  # fmt: skip
+        link = SharedLink.of(self.sim._registry().get("link"))
+        entry: _Entry | None = None
+        outcome = "failed"
+        layers_done = 0
+        try:
+            for layer in missing:
+                if self.sim._registry().get("down"):
+                    raise HostError(
+                        f"error: Switching: Pulling: Importing: fetching {digest} layer "
+                        f"{layer}: connection refused",
+                        kind="other",
+                    )
+                if self.sim._state().get("disk_full"):
+                    raise HostError(
+                        f"error: Switching: Pulling: Importing: Unpacking {digest} layer "
+                        f"{layer}/{LAYERS}: writing object: No space left on device (os error 28)",
+                        kind="disk-space",
+                    )
+                if link is None:
+                    await asyncio.sleep(seconds)
+                else:
+                    if entry is None:  # registered only once there is something to fetch
+                        entry = link.join(digest, verb, locked, layer, len(missing),
+                                          total * len(missing) // LAYERS)  # fmt: skip
+                    await link.transfer(total / LAYERS)
+                self.sim._cache_layer(digest, layer)
+                self.sim.log_action("pull", f"{digest}  layer {layer}/{LAYERS}")
+                cached.add(layer)
+                layers_done += 1
+                if on_progress:
+                    done = total * len(cached) // LAYERS
+                    on_progress(Progress(done_bytes=done, total_bytes=total, step="pulling",
+                                         cached_bytes=at_start))  # fmt: skip
+            outcome = "done"
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the layers fetched so far stay cached
+            raise
+        finally:
+            if link is not None and entry is not None:
+                link.leave(entry, outcome, total * layers_done // LAYERS)
         return total * len(missing) // LAYERS
 
     async def check_update(self, image: ImageRef) -> str:
@@ -701,6 +770,111 @@ class SimulatedBootc:
         state["rollback_queued"] = not state["rollback_queued"]
         write_json(self.sim._state_path, state)
         self.sim.log_action("bootc", "rollback")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One pull registered in the shared directory: its file and what its log lines repeat."""
+
+    path: Path
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SharedLink:
+    """A registry's bandwidth shared by the pulls of every host that names `directory`, in
+    any process: who pulls is the directory's `active/` entries, one per running pull."""
+
+    directory: Path
+    registry_bps: float  # B: shared by all pulls running at once
+    link_bps: float  # b: each pull's own cap
+    host: str
+
+    @classmethod
+    def of(cls, setting: dict[str, Any] | None) -> SharedLink | None:
+        if not setting:
+            return None
+        return cls(Path(setting["dir"]), float(setting["registry_bps"]),
+                   float(setting["link_bps"]), str(setting.get("host", "")))  # fmt: skip
+
+    @property
+    def active_dir(self) -> Path:
+        return self.directory / "active"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "pulls.log"
+
+    def active(self) -> int:
+        """The pulls running now: entries whose process lives (a killed agent's stay behind;
+        they are removed here so that they are not looked at again)."""
+        count = 0
+        try:
+            names = os.listdir(self.active_dir)
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            pid_text = name.split("-", 1)[0]
+            if not name.endswith(".active") or not pid_text.isdigit():
+                continue
+            if _alive(int(pid_text)):
+                count += 1
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.active_dir / name).unlink()
+        return count
+
+    def rate(self) -> float:
+        """Bytes per second one pull gets now: its cap, or its share of the registry."""
+        return min(self.link_bps, self.registry_bps / max(1, self.active()))
+
+    def join(self, digest: str, verb: str, locked: bool, layer: int, layers: int,
+             size: int) -> _Entry:  # fmt: skip
+        pid, ident = os.getpid(), uuid.uuid4().hex[:12]
+        self.active_dir.mkdir(parents=True, exist_ok=True)
+        path = self.active_dir / f"{pid}-{ident}.active"
+        path.write_text(self.host)
+        fields = {"id": ident, "host": self.host, "pid": pid, "digest": digest, "verb": verb,
+                  "locked": locked, "layer": layer, "layers": layers, "bytes": size}  # fmt: skip
+        self._log("start", fields)
+        return _Entry(path, fields)
+
+    def leave(self, entry: _Entry, outcome: str, fetched: int) -> None:
+        entry.path.unlink(missing_ok=True)
+        self._log("end", {**entry.fields, "outcome": outcome, "fetched": fetched})
+
+    async def transfer(self, size: float) -> None:
+        """Move `size` bytes at the rate each tick allows (the rate of a tick holds for the
+        time it really took, so a late wake-up neither loses nor gains bytes)."""
+        left = float(size)
+        last = time.monotonic()
+        while left > 0:
+            rate = self.rate()
+            await asyncio.sleep(min(TICK, left / rate))
+            now = time.monotonic()
+            left -= rate * (now - last)
+            last = now
+
+    def _log(self, event: str, fields: dict[str, Any]) -> None:
+        line = json.dumps({"event": event, "time": time.time(), "mono": time.monotonic(),
+                           **fields})  # fmt: skip
+        # One write of one short line to a file opened for appending: lines of concurrent
+        # processes do not interleave.
+        with open(self.log_path, "a") as handle:
+            handle.write(line + "\n")
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process exists. (A zombie still does until its parent reaps it, which
+    systemd and the test supervisors do at once; reading /proc for it at every tick of every
+    pull would cost more than the rare tick it corrects.)"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's: it exists
+    return True
 
 
 class SimulatedSystem:

@@ -72,5 +72,10 @@ class NodePoolTarget:
         payload = payload_from_configmap(configmap)
         return self.desired_of(payload) if payload.hash == target else None
 
+    async def lane(self, target: str) -> None:
+        """No pre-pull lanes here: the agent holds only the kubelet's identity, which the Node
+        authorizer gives no Leases outside kube-node-lease; pre-pulls start after the jitter."""
+        return None
+
     async def close(self) -> None:
         """The ConfigMap's watch is the agent's: it stops it."""

@@ -78,16 +78,20 @@ class MccCluster:
     mcn_rows: dict[str, list[dict[str, str | None]]] = field(default_factory=dict)
     agent_args: list[str] = field(default_factory=list)  # added to every agent's command
     logs: bool = False  # each agent's info log into BASE/logs/NODE.log (JSON lines)
+    # Seconds a simulated reboot keeps the node down before its agent starts again (a real
+    # reboot takes a while: firmware, kernel, kubelet); 0 restarts it at once.
+    reboot_seconds: float = 0.0
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _bootstrap_config: str = ""
 
     @classmethod
     async def create(cls, cluster: PoolBackend, base: Path, workers: int = 1, *,
-                     agent_args: list[str] | None = None,
-                     logs: bool = False) -> MccCluster:  # fmt: skip
+                     agent_args: list[str] | None = None, logs: bool = False,
+                     reboot_seconds: float = 0.0) -> MccCluster:  # fmt: skip
         """`cluster` not started yet: started here, and stopped by `close`."""
         await cluster.up()
-        mcc = cls(cluster, base, agent_args=list(agent_args or []), logs=logs)
+        mcc = cls(cluster, base, agent_args=list(agent_args or []), logs=logs,
+                  reboot_seconds=reboot_seconds)  # fmt: skip
         try:
             await mcc._prepare(workers)
         except BaseException:
@@ -163,6 +167,8 @@ class MccCluster:
             if rc != 3:
                 node.bad_exits.append(rc)
                 return
+            if self.reboot_seconds > 0:
+                await asyncio.sleep(self.reboot_seconds)
 
     def log_path(self, node: str) -> Path:
         return self.base / "logs" / f"{node}.log"
@@ -374,7 +380,7 @@ class MccCluster:
 async def bootstrapped(cluster: PoolBackend, base: Path, workers: int = 1, **options: Any):
     """A cluster whose agents run and whose pool is Updated at its first rendered config:
     yields (the cluster, that config), and stops everything afterwards. `options`: those of
-    `MccCluster.create` (agent_args, logs)."""
+    `MccCluster.create` (agent_args, logs, reboot_seconds)."""
     mcc = await MccCluster.create(cluster, base, workers, **options)
     try:
         mcc.start_agents()

@@ -171,8 +171,11 @@ async def three_nodes_roll_one_at_a_time(
 async def pool_target_prestaged_before_each_nodes_turn(
     cluster: PoolBackend, base: Path, figures: list[str]
 ) -> None:
-    async with bootstrapped(cluster, base, workers=3,
-                            agent_args=["--prestage-jitter", "0"]) as (mcc, r0):  # fmt: skip
+    # Unbounded (every node pulls at once): a turn here lasts about a second, shorter than a
+    # pull, so a bounded pre-pull could not finish ahead of the next turn (the bounded order
+    # has its own scenario, with reboots that take longer than a pull).
+    async with bootstrapped(cluster, base, workers=3, agent_args=[
+            "--prestage-slots", "unbounded", "--prestage-jitter", "0"]) as (mcc, r0):  # fmt: skip
         image = mcc.nodes["worker-0"].images["slow"]  # each host's pull takes 4 s
         digest = image.split("@")[1]
         t = await mcc.apply(machine_config("99-worker-os", os_image=image))

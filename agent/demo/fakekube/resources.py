@@ -105,6 +105,8 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         }),
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
+    # Pre-pull lanes (agent/cluster/pull_lanes.py), as kube-node-lease's heartbeats.
+    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType(
         "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, _STATUS,
         track_generation=True, short_names=("pdb",),

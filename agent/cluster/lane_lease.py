@@ -1,0 +1,190 @@
+"""A pre-pull lane's Lease: what it says, and whether this node may take it now (pure).
+
+One `coordination.k8s.io/v1` Lease per lane and pool (`image-mode-prepull-<pool>-<lane>`):
+`spec.holderIdentity` is the node pulling through it, renewed every third of
+`leaseDurationSeconds`; annotations say which rollout it serves (`target`), the holder's rank,
+and `passed`, the highest rank of that lane whose pull is over. A holder that stops renewing
+loses it: expiry is judged from when this node last saw the record change, not from the
+holder's clock (client-go's leader election does the same), so clock skew between nodes
+cannot hand a slot to two holders."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from agent.cluster.pull_order import Queue
+
+GROUP = "image-mode.openshift.io/"
+TARGET, HOLDER_RANK, PASSED = GROUP + "target", GROUP + "holder-rank", GROUP + "passed"
+POOL_LABEL = GROUP + "prepull-pool"
+
+
+def lease_name(pool: str, lane: int) -> str:
+    return f"image-mode-prepull-{pool}-{lane}"
+
+
+def micro_time(at: datetime | None = None) -> str:
+    """metav1.MicroTime as the API server formats it."""
+    return (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _int(text: Any, default: int) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return default
+
+
+@dataclass(frozen=True)
+class LaneRecord:
+    """The parts of a lane's Lease the decisions read."""
+
+    holder: str | None
+    renewed: str | None  # spec.renewTime as written
+    duration: int
+    transitions: int
+    target: str | None
+    holder_rank: int | None
+    passed: int  # -1: no pull of this record's target is over yet
+
+    @classmethod
+    def of(cls, lease: Mapping[str, Any] | None) -> LaneRecord | None:
+        if not lease:
+            return None
+        spec = lease.get("spec") or {}
+        notes = (lease.get("metadata") or {}).get("annotations") or {}
+        rank = notes.get(HOLDER_RANK)
+        return cls(
+            holder=spec.get("holderIdentity") or None,
+            renewed=spec.get("renewTime"),
+            duration=max(1, _int(spec.get("leaseDurationSeconds"), 1)),
+            transitions=_int(spec.get("leaseTransitions"), 0),
+            target=notes.get(TARGET),
+            holder_rank=None if rank is None else _int(rank, -1),
+            passed=_int(notes.get(PASSED), -1),
+        )
+
+    def passed_for(self, target: str) -> int:
+        """How far the lane got for `target`; a record of another rollout counts as none."""
+        return self.passed if self.target == target else -1
+
+    @property
+    def seen_as(self) -> tuple[str | None, str | None]:
+        """What must change for a waiter to count the holder as alive."""
+        return (self.holder, self.renewed)
+
+
+class Verdict(StrEnum):
+    TAKE = "take"
+    MINE = "mine"  # held by this node already (a restart while it held it)
+    WAIT = "wait"
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    why: str
+
+
+def decide(
+    record: LaneRecord | None, me: str, queue: Queue, *, expired: bool, skip: bool
+) -> Decision:
+    """Whether this node may take its lane to pre-pull: the lane must be free (or its holder's
+    lease expired) and the node before it in the lane must have pulled (or been waited for
+    `skip` long: it is down, or runs no bounded pre-pull)."""
+    if record is not None and record.holder == me:
+        return Decision(Verdict.MINE, "this node holds the lane")
+    if record is not None and record.holder is not None and not expired:
+        rank = "" if record.holder_rank is None else f" (rank {record.holder_rank})"
+        return Decision(Verdict.WAIT, f"lane {queue.lane} is held by {record.holder}{rank}")
+    if queue.predecessor_rank is None or skip:
+        return Decision(Verdict.TAKE, "lane free" if not skip else "lane free; "
+                        f"{queue.predecessor} did not take it in time: skipped")  # fmt: skip
+    passed = -1 if record is None else record.passed_for(queue.target)
+    if passed >= queue.predecessor_rank:
+        return Decision(Verdict.TAKE, f"lane free after {queue.predecessor}")
+    if (
+        expired
+        and record is not None
+        and record.target == queue.target
+        and (record.holder_rank is not None and record.holder_rank >= queue.predecessor_rank)
+    ):
+        # The predecessor (or a later node) held it and fell silent: it is not coming back
+        # before its lease would; its pull is over as far as the lane is concerned.
+        return Decision(Verdict.TAKE, f"taken over from {record.holder}: its lease expired")
+    return Decision(Verdict.WAIT, f"waiting for {queue.predecessor} (rank "
+                    f"{queue.predecessor_rank}) to pull first")  # fmt: skip
+
+
+def turn_may_take(record: LaneRecord | None, me: str, *, expired: bool) -> bool:
+    """At its turn a node takes its lane when it is free, whatever the order says: the turn
+    never waits for a slot, it only keeps a pre-pull from starting beside its own pull."""
+    return record is None or record.holder in (None, me) or expired
+
+
+def taken(
+    lease: Mapping[str, Any] | None, record: LaneRecord | None, *, name: str, namespace: str,
+    pool: str, me: str, queue: Queue, duration: int, now: str,
+) -> dict[str, Any]:  # fmt: skip
+    """The Lease to write to hold the lane (create when `lease` is None, else update it)."""
+    body = _copy(lease) or {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace, "labels": {POOL_LABEL: pool}},
+        "spec": {},
+    }
+    spec = body.setdefault("spec", {})
+    notes = body["metadata"].setdefault("annotations", {})
+    changed = record is None or record.holder != me
+    passed = -1 if record is None else record.passed_for(queue.target)
+    spec.update(holderIdentity=me, leaseDurationSeconds=duration, renewTime=now)
+    if changed:
+        spec["acquireTime"] = now
+        spec["leaseTransitions"] = (record.transitions if record else 0) + (record is not None)
+    notes.update({TARGET: queue.target, HOLDER_RANK: str(queue.rank), PASSED: str(passed)})
+    return body
+
+
+def renewed(lease: Mapping[str, Any], now: str) -> dict[str, Any]:
+    body = _copy(lease)
+    body.setdefault("spec", {})["renewTime"] = now
+    return body
+
+
+def released(
+    lease: Mapping[str, Any], me: str, queue: Queue, *, passed: bool
+) -> dict[str, Any] | None:
+    """The Lease with this node's hold given up and, when its pull is over, its rank
+    recorded as passed; None when there is nothing to change."""
+    body = _copy(lease)
+    record = LaneRecord.of(body)
+    assert record is not None
+    changed = False
+    if record.holder == me:
+        body["spec"].pop("holderIdentity", None)
+        body["spec"].pop("renewTime", None)
+        changed = True
+    # Another rollout's record is taken over only when nobody holds it for that rollout.
+    ours = record.target == queue.target or record.holder in (None, me)
+    if passed and ours and record.passed_for(queue.target) < queue.rank:
+        notes = body["metadata"].setdefault("annotations", {})
+        notes.update({TARGET: queue.target, PASSED: str(queue.rank)})
+        changed = True
+    return body if changed else None
+
+
+def _copy(lease: Mapping[str, Any] | None) -> dict[str, Any]:
+    if lease is None:
+        return {}
+    body = {k: v for k, v in lease.items() if k != "status"}
+    meta = dict(body.get("metadata") or {})
+    if "annotations" in meta:
+        meta["annotations"] = dict(meta["annotations"] or {})
+    meta.pop("managedFields", None)
+    body["metadata"] = meta
+    body["spec"] = dict(body.get("spec") or {})
+    return body

@@ -20,7 +20,7 @@ a fresh cluster:
 - `today`: `--prestage pool --prestage-slots unbounded --prestage-jitter J`: every node pre-pulls
   after a random delay up to J, nothing bounds how many at once.
 - `bounded`: `--prestage pool --prestage-slots auto`: K = m lanes (Leases) in the controller's
-  order. Skipped, and said so, while the agent has no `--prestage-slots`.
+  order (the agent's default).
 
 Measured per run, from t0 = the MachineConfig's creation: the rollout (t0 → pool Updated); the
 first pull (t0 → the end of the pull of the node the controller picked first, from the registry's
@@ -49,7 +49,6 @@ import json
 import math
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,7 +65,6 @@ from tests.scenarios.pool import MccCluster, P, bootstrapped, machine_config
 from tests.scenarios.standin import StandInCluster
 from tests.simhost import IMAGE
 
-BENCH = Path(__file__).resolve().parent
 STRATEGIES = ("off", "today", "bounded")
 IMAGE_FILES = {"usr/lib/app/healthy": "yes"}  # the hosts' own images carry this one file
 IMAGE_BYTES = 64 * 1024 * 1024 * (1 + len(IMAGE_FILES))  # the simulated image's size
@@ -93,12 +91,12 @@ class Settings:
     def registry_bps(self) -> float:
         return self.links * self.link_bps
 
-    def agent_args(self, strategy: str, has_slots: bool) -> list[str]:
+    def agent_args(self, strategy: str) -> list[str]:
         if strategy == "off":
             return ["--prestage", "off"]
         if strategy == "today":
-            slots = ["--prestage-slots", "unbounded"] if has_slots else []
-            return ["--prestage", "pool", *slots, "--prestage-jitter", f"{self.jitter:g}"]
+            return ["--prestage", "pool", "--prestage-slots", "unbounded",
+                    "--prestage-jitter", f"{self.jitter:g}"]  # fmt: skip
         return ["--prestage", "pool", "--prestage-slots", self.slots]
 
 
@@ -139,17 +137,11 @@ def progress(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def agent_has_slots() -> bool:
-    """Whether this tree's agent takes `--prestage-slots` (a colleague is adding it)."""
-    out = subprocess.run([sys.executable, "-m", "agent", "run", "--help"], cwd=BENCH.parent,
-                         capture_output=True, text=True, check=False)  # fmt: skip
-    return "--prestage-slots" in out.stdout
-
-
-def reconciled(mcc: MccCluster, node: str) -> int:
-    """How many passes the node's agent logged so far (a started agent logs one at once)."""
+def started(mcc: MccCluster, node: str) -> int:
+    """How many of the node's agent lives got through their start-up (each validates the
+    on-disk state once, before it lists and watches)."""
     path = mcc.log_path(node)
-    return path.read_text().count('"reconciled"') if path.exists() else 0
+    return path.read_text().count('"validated on-disk state"') if path.exists() else 0
 
 
 def read_pulls(log: Path, digest: str, t0: float, until: float) -> list[Pull]:
@@ -196,12 +188,12 @@ def integral(series: list[tuple[float, float]]) -> float:
 
 
 async def one_rollout(n: int, strategy: str, repeat: int, settings: Settings,
-                      has_slots: bool, keep: bool) -> Measured:  # fmt: skip
+                      keep: bool) -> Measured:  # fmt: skip
     began = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix=f"bench-fleet-{strategy}-{n}-"))
     shared = base / "registry"
     cluster = StandInCluster(base / "cluster")
-    args = settings.agent_args(strategy, has_slots)
+    args = settings.agent_args(strategy)
     m = settings.max_unavailable
     try:
         async with bootstrapped(cluster, base, n, agent_args=args, logs=True,
@@ -218,14 +210,14 @@ async def one_rollout(n: int, strategy: str, repeat: int, settings: Settings,
             digest = image.split("@")[1]
             await mcc.stop_agents()  # fresh processes: their request counts start here
             lives_before = {name: len(mcc.api_requests(name)) for name in mcc.nodes}
-            passes = {name: reconciled(mcc, name) for name in mcc.nodes}
+            lives = {name: started(mcc, name) for name in mcc.nodes}
             mcc.start_agents()
-            # Every agent has listed, watched and reconciled before the change (20 of them
-            # starting on 2 cores take a few seconds), then a moment for the pool watches.
-            async with asyncio.timeout(120):
-                while any(reconciled(mcc, k) <= v for k, v in passes.items()):
+            # Every agent through its start-up before the change (20 of them on 2 cores take
+            # a while), then a few seconds for their first pass: list, watch, nothing to do.
+            async with asyncio.timeout(180):
+                while any(started(mcc, k) <= v for k, v in lives.items()):
                     await asyncio.sleep(0.2)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(3.0)
             progress(f"N={n} {strategy} #{repeat + 1}: osImageURL changes")
             t0 = await mcc.apply(machine_config("99-worker-fleet-os", os_image=image))
             target = await mcc.wait_new_rendered(first)
@@ -442,13 +434,9 @@ async def main(options: argparse.Namespace) -> int:
     started = time.monotonic()
     settings = Settings(options.pull_seconds, options.links, options.reboot, options.jitter,
                         options.max_unavailable, options.slots)  # fmt: skip
-    has_slots = agent_has_slots()
     strategies = [s for s in STRATEGIES if s in (options.strategy or STRATEGIES)]
     if "off" not in strategies:
         strategies.insert(0, "off")  # the model is calibrated from it
-    if "bounded" in strategies and not has_slots:
-        strategies.remove("bounded")
-        print("bounded: not run: this agent has no --prestage-slots yet", flush=True)
     sizes = sorted(set(options.nodes or [6, 20]))
     runs: list[Measured] = []
     # Interleaved (every size and strategy, then again): a slower stretch of the machine
@@ -457,8 +445,7 @@ async def main(options: argparse.Namespace) -> int:
         for n in sizes:
             for strategy in strategies:
                 progress(f"N={n} {strategy} #{k + 1}: fresh cluster")
-                runs.append(await one_rollout(n, strategy, k, settings, has_slots,
-                                              options.keep))  # fmt: skip
+                runs.append(await one_rollout(n, strategy, k, settings, options.keep))
     checks, models = report(runs, settings, sizes, strategies, options.seeds)
     total = time.monotonic() - started
     print(f"total {total:.0f} s for {len(runs)} rollouts")
@@ -466,7 +453,7 @@ async def main(options: argparse.Namespace) -> int:
         Path(options.json).write_text(json.dumps({
             "settings": {**asdict(settings), "image_bytes": IMAGE_BYTES,
                          "link_bps": settings.link_bps, "registry_bps": settings.registry_bps,
-                         "seeds": options.seeds, "agent_has_slots": has_slots},
+                         "seeds": options.seeds},
             "runs": [asdict(r) for r in runs],
             "model": models,
             "checks": [{"check": text, "met": ok} for text, ok in checks],

@@ -17,10 +17,12 @@ controller used; `--controller real` fails without the binaries instead of falli
 
 For each pull time P and each mode, a fresh cluster with N worker Nodes, one simulated host
 and one real agent process per Node (restarted after each simulated reboot, as systemd would),
-pool `maxUnavailable: 1`.
-Each host's pull of the new image takes P seconds. Once the pool is Updated at its first config,
-the agents are restarted (fresh request counters), then a MachineConfig changes osImageURL; the
-figure is the seconds from that MachineConfig to the pool Updated at the new rendered config.
+pool `maxUnavailable: 1`, pre-staging unbounded (`--prestage-slots unbounded`: each pull takes P s
+however many run at once, so there is no registry to protect; bench/fleet_rollout.py measures the
+bounded pre-pulls against a shared registry). Each host's pull of the new image takes P seconds.
+Once the pool is Updated at its first config, the agents are restarted (fresh request
+counters), then a MachineConfig changes osImageURL; the figure is the seconds from that
+MachineConfig to the pool Updated at the new rendered config.
 
 Printed per run: the rollout's seconds, each Node's unavailable window (desiredConfig set →
 Done, as the controller counts it), the per-node time (median seconds between successive Nodes'
@@ -99,7 +101,10 @@ def find_real_controller(choice: str, folder: Path) -> tuple[Kit | None, str]:
 
 async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode: str,
                       jitter: float, bootc: str = DEFAULT_PERSONA) -> Run:  # fmt: skip
-    args = ["--prestage", mode, "--prestage-jitter", str(jitter)]
+    # Unbounded: here each pull takes P s however many run at once (no shared registry), so a
+    # bound on concurrent pre-pulls could only queue them; bench/fleet_rollout.py measures the
+    # bound against a registry whose bandwidth the pulls share.
+    args = ["--prestage", mode, "--prestage-slots", "unbounded", "--prestage-jitter", str(jitter)]
     cluster = backend(kit, base)
     async with bootstrapped(cluster, base, nodes, agent_args=args, logs=True) as (mcc, first):
         image = ""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agent.cluster.annotations import NodeView
+from agent.cluster.lane_lease import micro_time
 from agent.cluster.prestage import Act, decide, pool_target
 from agent.demo.loopback import Cluster, P
 from agent.host.simulated import SimulatedBootc
@@ -479,6 +480,84 @@ async def test_jitter_never_delays_the_nodes_turn(pools: Pools) -> None:
     assert await asyncio.wait_for(c.procs[-1].wait(), 20) == 3
     await c.start_agent()
     await c.wait_done("rendered-worker-2")
+
+
+# -- the bounded pre-pull: one lane held by another node ------------------------------------
+LANE = "image-mode-prepull-worker-0"
+
+
+def lane_held_by_the_older_node(c: Cluster, target: str) -> None:
+    """A second worker, first in the controller's order (its zone sorts first), still at the
+    old config, holding the pool's one lane for `target` (its lease outlasts the test)."""
+    mine = c.kube.get("Node", c.node)
+    mine["metadata"]["labels"] = {**WORKER, "topology.kubernetes.io/zone": "b"}
+    c.kube.put(mine)
+    c.kube.put({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "older", "labels": {**WORKER,
+                                                          "topology.kubernetes.io/zone": "a"},
+                             "annotations": {P + "currentConfig": "rendered-worker-1",
+                                             P + "desiredConfig": "rendered-worker-1",
+                                             P + "state": "Done"}}})  # fmt: skip
+    c.kube.put({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": LANE, "namespace": "openshift-machine-config-operator",
+                             "labels": {"image-mode.openshift.io/prepull-pool": "worker"},
+                             "annotations": {"image-mode.openshift.io/target": target,
+                                             "image-mode.openshift.io/holder-rank": "0",
+                                             "image-mode.openshift.io/passed": "-1"}},
+                "spec": {"holderIdentity": "older", "leaseDurationSeconds": 3600,
+                         "renewTime": micro_time()}})  # fmt: skip
+
+
+def lane(c: Cluster) -> dict[str, Any]:
+    return c.kube.get("Lease", LANE, namespace="openshift-machine-config-operator")
+
+
+async def test_a_bounded_prepull_waits_for_its_predecessor_then_passes_the_lane_on(
+    pools: Pools,
+) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    lane_held_by_the_older_node(c, "rendered-worker-2")
+    pools.set_pool("worker", "rendered-worker-1")
+    await pools.start("--prestage-slots", "auto")
+    await c.wait_done("rendered-worker-1")
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.wait_metric('image_mode_agent_prestage_state{state="queued"}', 1)
+    await asyncio.sleep(1.0)
+    assert pools.staged() is None and pools.pulls("v2") == 0  # the older node pulls first
+    held = lane(c)
+    held["spec"].pop("holderIdentity")
+    held["metadata"]["annotations"]["image-mode.openshift.io/passed"] = "0"  # its pull is over
+    c.kube.put(held)
+    await pools.wait_staged("v2")
+    await until(lambda: lane(c)["metadata"]["annotations"]["image-mode.openshift.io/passed"]
+                == "1", 10)  # fmt: skip
+    assert not lane(c)["spec"].get("holderIdentity")  # given back once staged
+    untouched(c.annotations(), c.kube.get("Node", c.node))
+
+
+async def test_the_turn_never_waits_for_a_lane_another_node_holds(
+    pools: Pools, tmp_path: Path
+) -> None:
+    c = pools.c
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    lane_held_by_the_older_node(c, "rendered-worker-2")
+    pools.set_pool("worker", "rendered-worker-1")
+    log = tmp_path / "agent.log"
+    with log.open("w") as stderr:
+        await c.start_agent("--listen", f"127.0.0.1:{pools.port}", "--prestage-slots", "auto",
+                            log_level="info", stderr=stderr)  # fmt: skip
+    await c.wait_done("rendered-worker-1")
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.wait_metric('image_mode_agent_prestage_state{state="queued"}', 1)
+    c.kube.enable_drain_controller()
+    c.set_desired("rendered-worker-2")  # the turn, while the older node still holds the lane
+    assert await asyncio.wait_for(c.procs[-1].wait(), 20) == 3  # staged, drained, rebooting
+    assert "turn pulls without its lane (another node holds it)" in log.read_text()
+    assert lane(c)["spec"]["holderIdentity"] == "older"  # not taken from it
+    await c.start_agent()
+    await c.wait_done("rendered-worker-2")
+    assert pools.pulls("v2") == 3 and c.reboots() == 1
 
 
 async def test_custom_pool_is_followed_not_worker(pools: Pools) -> None:

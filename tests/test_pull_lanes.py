@@ -37,8 +37,7 @@ from agent.cluster.pull_order import (
     queue_of,
     slots_for,
 )
-from agent.demo.fakekube import FakeKube
-from agent.demo.fakekube import pool_rules
+from agent.demo.fakekube import FakeKube, pool_rules
 from tests.scenarios.backend import MCO_NS
 from tests.scenarios.fake import AGENT_SA, agent_rules
 from tests.scenarios.harness import until
@@ -311,10 +310,22 @@ async def test_two_nodes_racing_for_one_free_lane_never_both_hold_it() -> None:
         at_target = [members[0], node("w1", "2026-01-02T00:00:00Z")]
         at_target[0] = {**members[0], "metadata": {**members[0]["metadata"], "annotations": {
             P + "currentConfig": "r2"}}}  # fmt: skip
-        a = PullLane(api, namespace=MCO_NS, pool="worker", me="w0",
-                     queue=queue_of("w0", members, "r2", 1), duration=5)  # type: ignore[arg-type]
-        b = PullLane(api, namespace=MCO_NS, pool="worker", me="w1",
-                     queue=queue_of("w1", at_target, "r2", 1), duration=5)  # type: ignore[arg-type]
+        a = PullLane(
+            api,
+            namespace=MCO_NS,
+            pool="worker",
+            me="w0",
+            queue=queue_of("w0", members, "r2", 1),
+            duration=5,
+        )  # type: ignore[arg-type]
+        b = PullLane(
+            api,
+            namespace=MCO_NS,
+            pool="worker",
+            me="w1",
+            queue=queue_of("w1", at_target, "r2", 1),
+            duration=5,
+        )  # type: ignore[arg-type]
         assert b.queue.predecessor is None and a.queue.predecessor is None
         first = await asyncio.wait(
             [asyncio.create_task(a.acquire()), asyncio.create_task(b.acquire())],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -205,6 +206,62 @@ async def pool_target_prestaged_before_each_nodes_turn(
             await mcc.wait_mcn(name, updated_at(r1), f"Updated at {r1}")
 
 
+async def pool_prepulls_one_lane_in_the_controllers_order(
+    cluster: PoolBackend, base: Path, figures: list[str]
+) -> None:
+    """The default bound (K = maxUnavailable = 1 lane): the pre-pulls run one at a time, in
+    the order the controller picks the Nodes, each before its Node's turn."""
+    # Reboots (3 s) longer than a pull (2 s): a pre-pull fits behind each turn. The zones are
+    # the reverse of the names, so the order followed is the controller's, not the names'.
+    workers = 4
+    async with bootstrapped(cluster, base, workers=workers, logs=True,
+                            reboot_seconds=3.0) as (mcc, r0):  # fmt: skip
+        files = {"usr/lib/app/healthy": "yes"}
+        size = 64 * 1024 * 1024 * (1 + len(files))  # the simulated image's bytes
+        shared = base / "registry"
+        image = ""
+        for name, node in mcc.nodes.items():
+            image = node.sim.add_image("quay.io/example/os:lanes", files)  # one digest on all
+            node.sim.set_shared_link(shared, registry_bps=10 * size / 2, link_bps=size / 2,
+                                     host=name)  # fmt: skip
+            zone = chr(ord("a") + workers - 1 - int(name.rsplit("-", 1)[1]))
+            await mcc.cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {
+                "topology.kubernetes.io/zone": zone}}})  # fmt: skip
+        digest = image.split("@")[1]
+        t = await mcc.apply(machine_config("99-worker-os", os_image=image))
+        r1 = await mcc.wait_new_rendered(r0)
+        await mcc.wait_updated(r1, timeout=300)
+        total = time.monotonic() - t
+
+        picks = {n: mcc.first(n, lambda a: a.get(P + "desiredConfig") == r1, t)
+                 for n in mcc.nodes}  # fmt: skip
+        order = sorted(mcc.nodes, key=lambda n: picks[n] or 0.0)
+        assert order == [f"worker-{k}" for k in reversed(range(workers))], picks  # by zone
+        starts, ends = {}, {}
+        for line in (shared / "pulls.log").read_text().splitlines():
+            entry = json.loads(line)
+            if entry["digest"] == digest:
+                (starts if entry["event"] == "start" else ends)[entry["id"]] = entry
+        pulls = sorted((s["mono"], ends[i]["mono"], s["host"]) for i, s in starts.items())
+        assert [host for _, _, host in pulls] == order, pulls  # one pull each, in pick order
+        assert all(ends[i]["outcome"] == "done" for i in starts)
+        for (_, end, _), (start, _, _) in itertools.pairwise(pulls):
+            assert end <= start + 0.1  # one lane: never two pulls at once
+        for _, end, host in pulls[1:]:
+            assert end <= picks[host], host  # every later Node's image was there at its turn
+        leases = await mcc.cluster.call(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{MCO_NS}/leases"
+        )
+        lanes = [x for x in leases["items"] if x["metadata"]["name"].startswith("image-mode-")]
+        assert len(lanes) == 1 and not lanes[0]["spec"].get("holderIdentity"), lanes
+        assert mcc.most_unavailable(after=t) == 1
+        for name, node in mcc.nodes.items():
+            assert node.booted() == digest and node.reboots() == 1, name
+        figures.append(f"{workers}-node pool, one pre-pull lane (2 s pulls, 3 s reboots): pool "
+                       f"Updated {total:.1f} s after the MachineConfig; pulls in pick order "
+                       + ", ".join(order))  # fmt: skip
+
+
 async def kubelet_config_refused_then_healed(
     cluster: PoolBackend, base: Path, figures: list[str]
 ) -> None:
@@ -324,6 +381,7 @@ SCENARIOS = (
     bad_image_rolled_back_then_healed,
     three_nodes_roll_one_at_a_time,
     pool_target_prestaged_before_each_nodes_turn,
+    pool_prepulls_one_lane_in_the_controllers_order,
     kubelet_config_refused_then_healed,
     serving_ca_rotation_rewrites_the_kubeconfigs,
 )

@@ -76,6 +76,9 @@ class Fleet:
     seed: int = 0
     lease_delay: float = 0.0
     pick_delay: float = 0.0  # seconds from a node's Done (or t=0) to the controller's next pick
+    # "today": each rank's delay before its pre-pull, instead of drawing them from `seed` (a
+    # measured run's own draws, to compare that one run; inf: its turn came first)
+    delays: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.max_unavailable < 1:
@@ -86,6 +89,10 @@ class Fleet:
             raise ValueError("image_bytes, registry_bps and link_bps must be > 0")
         if min(self.disruption, self.jitter, self.lease_delay, self.pick_delay) < 0:
             raise ValueError("disruption, jitter, lease_delay and pick_delay must be >= 0")
+        if self.delays is not None and (
+            len(self.delays) != self.nodes or min(self.delays, default=0.0) < 0
+        ):
+            raise ValueError("delays: one per node, each >= 0")
 
     @property
     def lanes(self) -> int:
@@ -225,7 +232,9 @@ def simulate(fleet: Fleet, strategy: str) -> Outcome:
     if strategy == "today":
         rng = random.Random(fleet.seed)
         for rank in range(n_nodes):
-            push(rng.uniform(0.0, fleet.jitter), _START, rank)
+            delay = rng.uniform(0.0, fleet.jitter) if fleet.delays is None else fleet.delays[rank]
+            if math.isfinite(delay):
+                push(delay, _START, rank)
     elif bounded:
         for lane in range(k):
             advance_lane(lane)

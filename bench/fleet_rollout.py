@@ -35,7 +35,9 @@ bench/rollout.py counts them).
 The model (bench/fleet_model.py, `simulate`) gets the same N, m, S, B, b, J and K, and two
 figures measured in the `off` runs at that N, never per strategy: D = the median D_k (there D_k
 is the node's window minus its own pull) and the pick delay = the median gap to a pick;
-lease_delay 0. `today` is the mean of the model over `--seeds` seeds. Checks: each measured
+lease_delay 0. `today` draws its jitter at random: the model replays each run's own draws (the
+start of each node's pre-pull, from the registry's log; a node whose turn came first never
+pre-pulls), and the mean over `--seeds` seeds is printed beside it. Checks: each measured
 rollout and first pull within 15 % of the model's; the three strategies in the model's order (by
 median rollout); never more than m Nodes unavailable. Exit status 1 when a check fails.
 """
@@ -129,6 +131,7 @@ class Measured:
     pulls_per_host: dict[str, int]
     order: list[str]  # the Nodes in the order the controller picked them
     windows: dict[str, float]  # desiredConfig → Done
+    prepulls: dict[str, float]  # when each node's pre-pull started (a node with none: absent)
     series: list[tuple[float, float]] = field(default_factory=list)  # (t, registry bytes/s)
     wall: float = 0.0  # the run's own seconds, bootstrap included
 
@@ -304,6 +307,7 @@ def measure(mcc: MccCluster, settings: Settings, n: int, strategy: str, repeat: 
         pulls_per_host={k: sum(1 for p in pulls if p.host == k) for k in mcc.nodes},
         order=order,
         windows=windows,
+        prepulls={p.host: p.start for p in reversed(pulls) if not p.turn},
         series=series,
     )
 
@@ -318,9 +322,15 @@ class Modelled:
     lower_bound: float
 
 
-def model(fleet: Fleet, strategy: str, seeds: int) -> Modelled:
-    """The model's figures; for `today` the mean over seeds 0..seeds-1 (its jitter is random)."""
-    fleets = [replace(fleet, seed=s) for s in range(seeds)] if strategy == "today" else [fleet]
+def model(fleet: Fleet, strategy: str, seeds: int, run: Measured | None = None) -> Modelled:
+    """The model's figures; for `today` (whose jitter is random) the model replaying `run`'s
+    own delays, or without a run the mean over seeds 0..seeds-1."""
+    fleets = [fleet]
+    if strategy == "today" and run is not None:
+        fleets = [replace(fleet, delays=tuple(run.prepulls.get(node, math.inf)
+                                              for node in run.order))]  # fmt: skip
+    elif strategy == "today":
+        fleets = [replace(fleet, seed=s) for s in range(seeds)]
     outs: list[Outcome] = [simulate(f, strategy) for f in fleets]
     return Modelled(
         rollout=statistics.fmean(o.rollout for o in outs),
@@ -393,11 +403,16 @@ def report(runs: list[Measured], settings: Settings, sizes: list[int], strategie
             these = [r for r in mine if r.strategy == strategy]
             if not these:
                 continue
-            expect = model(fleet, strategy, seeds)
-            models[f"{n}/{strategy}"] = {"fleet": asdict(fleet), **asdict(expect)}
-            predicted[strategy] = expect.rollout
+            mean = model(fleet, strategy, seeds)
+            models[f"{n}/{strategy}"] = {"fleet": asdict(fleet), **asdict(mean)}
+            predicted[strategy] = mean.rollout
             medians[strategy] = statistics.median(r.rollout for r in these)
+            if strategy == "today":
+                print(f"    (today: the model replays each run's own jitter draws; the mean "
+                      f"over {seeds} seeds: rollout {mean.rollout:.1f} s, first pull "
+                      f"{mean.first_pull:.1f} s)")  # fmt: skip
             for r in these:
+                expect = model(fleet, strategy, seeds, r)
                 peaks = f"{r.peak_pulls}/{count(expect.peak_pulls)}"
                 pre = f"{r.peak_prepulls}/{count(expect.peak_prepulls)}"
                 print(f"{n:>3} {strategy:<8} {r.rollout:>9.1f} {expect.rollout:>7.1f} "

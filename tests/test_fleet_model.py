@@ -283,3 +283,17 @@ def test_properties_of_every_strategy(fleet: Fleet) -> None:
     assert bounded.peak_pulls <= max(k, m)
     if k >= m:
         assert bounded.oversubscribed == 0
+
+
+def test_today_with_given_delays_replays_them() -> None:
+    # Two nodes, m = 1, S/b = 10 s, D = 7: rank 1 pre-pulls from t = 4 while rank 0 pulls at
+    # its turn (both at b: the registry has room), so it is pulled at 14 and its turn (at 17)
+    # is D alone. inf: rank 0 never pre-pulls (its turn came first).
+    fleet = Fleet(2, 1, image_bytes=100, registry_bps=100, link_bps=10, disruption=7,
+                  delays=(math.inf, 4.0))  # fmt: skip
+    out = simulate(fleet, "today")
+    assert out.first_pull == pytest.approx(10)
+    assert out.done == [pytest.approx(17), pytest.approx(24)]
+    assert out.peak_pulls == 2 and out.peak_prepulls == 1
+    with pytest.raises(ValueError, match="delays"):
+        Fleet(2, 1, 100, 100, 10, 7, delays=(1.0,))

@@ -16,7 +16,7 @@ import pytest
 from agent.cluster.annotations import NodeView
 from agent.cluster.lane_lease import micro_time
 from agent.cluster.prestage import Act, decide, pool_target
-from agent.demo.loopback import Cluster, P
+from agent.demo.loopback import SA_RULES, SCOPED_SA_RULES, Cluster, P
 from agent.host.simulated import SimulatedBootc
 from agent.model.bootc_releases import PERSONAS, features_of
 from agent.model.imageref import parse_image_ref
@@ -558,6 +558,26 @@ async def test_the_turn_never_waits_for_a_lane_another_node_holds(
     await c.start_agent()
     await c.wait_done("rendered-worker-2")
     assert pools.pulls("v2") == 3 and c.reboots() == 1
+
+
+async def test_without_the_lease_role_prepulls_go_on_unbounded_and_say_so(
+    pools: Pools,
+) -> None:
+    """An agent upgraded before its RBAC: the Lease is refused (403), so it pre-stages as
+    before the bound, after the jitter, with a Warning Event naming the missing Role."""
+    c = pools.c
+    sa = c.kube.service_account("openshift-machine-config-operator", "machine-config-daemon",
+                                [*SA_RULES, *(r for r in SCOPED_SA_RULES
+                                              if r.resource != "leases")])  # fmt: skip
+    c.kube.write_kubeconfig(c.base / "sa.kubeconfig", sa)
+    c.add_config("rendered-worker-2", "v2", keys=KEYS)
+    await pools.running()
+    pools.set_pool("worker", "rendered-worker-2")
+    await pools.wait_staged("v2")
+    (event,) = pools.events("PrestageUnbounded")
+    assert event["type"] == "Warning" and "image-mode-agent-prepull" in event["message"]
+    assert "403" in event["message"]
+    untouched(c.annotations(), c.kube.get("Node", c.node))
 
 
 async def test_custom_pool_is_followed_not_worker(pools: Pools) -> None:

@@ -412,26 +412,53 @@ class Prestager:
     # -- one pre-stage ---------------------------------------------------------------------
     async def _prestage(self, name: str, desired: Desired) -> None:
         target = str(desired.target)
-        lane = await self.source.lane(name)
+        lane = await self._take_lane(name, target)
         if lane is None:  # unbounded: a random delay spreads the pool's pulls
             resumed = self.engine.prestaged() == target  # started before a restart: no jitter
             delay = 0.0 if resumed else self.rng.uniform(0.0, max(0.0, self.options.jitter))
             self._set_state("waiting")
             self.log.info("pre-stage planned", config=name, image=target, delay=round(delay, 1))
             await asyncio.sleep(delay)
-        else:
-            self._set_state("queued")
-            self.log.info("pre-pull queued", config=name, image=target,
-                          order=pool_size_note(lane.queue))  # fmt: skip
-            why = await lane.acquire(lambda d: self.log.info("pre-pull waits", why=d.why))
-            self._hold(lane, owner=asyncio.current_task())
-            self.log.info("pre-pull lane held", lane=lane.name, why=why)
         over = False  # the pull is over for good (done, or stopped): the lane passes on
         try:
             over = await self._pull(name, desired, target)
         finally:
             if lane is not None and self._held is lane and self._task is asyncio.current_task():
                 await self._release(passed=over)
+
+    async def _take_lane(self, name: str, target: str) -> PullLane | None:
+        """This node's lane for the target, taken in the controller's order (held from
+        here on); None when the pre-pulls are unbounded: asked for, or not allowed (the
+        service account lacks the Role of deploy/rbac.yaml: pre-staging goes on as before the
+        bound, and says so). API faults are retried; the turn never waits for any of this."""
+        while True:
+            try:
+                lane = await self.source.lane(name)
+                if lane is None:
+                    return None
+                self._set_state("queued")
+                self.log.info("pre-pull queued", config=name, image=target,
+                              order=pool_size_note(lane.queue))  # fmt: skip
+                why = await lane.acquire(lambda d: self.log.info("pre-pull waits", why=d.why))
+            except KubeError as exc:
+                if exc.status not in (401, 403):
+                    error: Exception = exc
+                else:
+                    jitter = f"{self.options.jitter:g}"
+                    note = (f"pre-pulls of {name} not bounded: {exc} (the Role "
+                            "image-mode-agent-prepull and nodes list of deploy/rbac.yaml); "
+                            f"pre-pulling after a random delay up to {jitter} s")  # fmt: skip
+                    self.log.warning(note)
+                    await self.events.emit("PrestageUnbounded", note, warning=True)
+                    return None
+            except TRANSIENT as exc:
+                error = exc
+            else:
+                self._hold(lane, owner=asyncio.current_task())
+                self.log.info("pre-pull lane held", lane=lane.name, why=why)
+                return lane
+            self.log.warning("pre-pull lane not reached; retrying", error=str(error))
+            await asyncio.sleep(self.options.retry_initial)
 
     async def _pull(self, name: str, desired: Desired, target: str) -> bool:
         """The pre-stage with its retries; whether it is over (done or stopped for good)."""

@@ -125,7 +125,10 @@ class PullLane:
 
     async def acquire(self, on_wait: Callable[[Decision], None] = lambda d: None) -> str:
         """Wait until this node may take its lane in the controller's order, and take it;
-        returns why it could."""
+        returns why it could. A refusal (403: no Role for the Leases) is raised at once, by
+        one read, rather than left to the watch's retries."""
+        if self._watch is None:
+            self._observe(await self._read())
         watch = await self._start_watch()
         blocked_since: float | None = None  # the lane free, yet the predecessor not through
         last_why = ""

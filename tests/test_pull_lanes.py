@@ -281,6 +281,12 @@ async def loopback() -> AsyncIterator[tuple[FakeKube, Kube]]:
         await kube.stop()
 
 
+def lane_of(api: Kube, me: str, members: list[dict[str, Any]], duration: int = 5) -> PullLane:
+    queue = queue_of(me, members, "r2", 1)
+    assert queue is not None
+    return PullLane(api, namespace=MCO_NS, pool="worker", me=me, queue=queue, duration=duration)
+
+
 def pool_of(count: int) -> list[dict[str, Any]]:
     return [node(f"w{i}", f"2026-01-0{i + 1}T00:00:00Z") for i in range(count)]
 
@@ -310,22 +316,8 @@ async def test_two_nodes_racing_for_one_free_lane_never_both_hold_it() -> None:
         at_target = [members[0], node("w1", "2026-01-02T00:00:00Z")]
         at_target[0] = {**members[0], "metadata": {**members[0]["metadata"], "annotations": {
             P + "currentConfig": "r2"}}}  # fmt: skip
-        a = PullLane(
-            api,
-            namespace=MCO_NS,
-            pool="worker",
-            me="w0",
-            queue=queue_of("w0", members, "r2", 1),
-            duration=5,
-        )  # type: ignore[arg-type]
-        b = PullLane(
-            api,
-            namespace=MCO_NS,
-            pool="worker",
-            me="w1",
-            queue=queue_of("w1", at_target, "r2", 1),
-            duration=5,
-        )  # type: ignore[arg-type]
+        a = lane_of(api, "w0", members)
+        b = lane_of(api, "w1", at_target)
         assert b.queue.predecessor is None and a.queue.predecessor is None
         first = await asyncio.wait(
             [asyncio.create_task(a.acquire()), asyncio.create_task(b.acquire())],

@@ -42,7 +42,7 @@ class Metrics:
         self.api_requests = Gauge("image_mode_agent_api_requests", "Kubernetes API requests "
                                   "made, by kind", ["kind"], registry=r)  # fmt: skip
         self.prestage_state = Gauge("image_mode_agent_prestage_state", "1 for the pool "
-                                    "pre-stage's state (waiting, staging, staged, failed, "
+                                    "pre-stage's state (waiting, queued, staging, staged, failed, "
                                     "stopped, none)", ["state"], registry=r)  # fmt: skip
         self.prestage_bytes = Gauge("image_mode_agent_prestage_bytes", "Pool pre-stage "
                                     "progress", ["kind"], registry=r)  # fmt: skip

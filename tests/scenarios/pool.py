@@ -125,8 +125,25 @@ class MccCluster:
 
     # -- the agents -------------------------------------------------------------------------
     def start_agents(self) -> None:
-        for node in self.nodes.values():
-            node.task = asyncio.create_task(self._supervise(node))
+        for name in self.nodes:
+            self.start_agent(name)
+
+    def start_agent(self, name: str) -> None:
+        """The node's agent under its supervisor (restarted after each simulated reboot)."""
+        node = self.nodes[name]
+        node.task = asyncio.create_task(self._supervise(node))
+
+    async def kill_agent(self, name: str) -> None:
+        """SIGKILL the node's agent (no clean-up of any kind) and leave it down."""
+        node = self.nodes[name]
+        if node.task is not None:
+            node.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await node.task
+            node.task = None
+        if node.proc is not None and node.proc.returncode is None:
+            node.proc.kill()
+            await node.proc.wait()
 
     async def stop_agents(self) -> None:
         """Stop every agent (SIGTERM, as systemd stops a service) and its supervisor."""

@@ -206,27 +206,59 @@ async def pool_target_prestaged_before_each_nodes_turn(
             await mcc.wait_mcn(name, updated_at(r1), f"Updated at {r1}")
 
 
+LANE_FILES = {"usr/lib/app/healthy": "yes"}
+LANE_IMAGE_BYTES = 64 * 1024 * 1024 * (1 + len(LANE_FILES))  # the simulated image's size
+
+
+async def lanes_image(mcc: MccCluster, base: Path, pull_seconds: float) -> tuple[str, Path]:
+    """One new image on every host, pulled through one shared registry (each pull
+    `pull_seconds` alone, ten at once before they slow each other), and the Nodes' zones the
+    reverse of their names, so that the controller's order is not the names' (worker-N-1
+    first). Returns the image and the registry's folder (its pulls.log)."""
+    shared = base / "registry"
+    image = ""
+    for name, node in mcc.nodes.items():
+        image = node.sim.add_image("quay.io/example/os:lanes", LANE_FILES)  # one digest on all
+        link = LANE_IMAGE_BYTES / pull_seconds
+        node.sim.set_shared_link(shared, registry_bps=10 * link, link_bps=link, host=name)
+        zone = chr(ord("a") + len(mcc.nodes) - 1 - int(name.rsplit("-", 1)[1]))
+        await mcc.cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {
+            "topology.kubernetes.io/zone": zone}}})  # fmt: skip
+    return image, shared
+
+
+def registry_pulls(shared: Path, digest: str) -> list[dict]:
+    """The pulls of `digest` in the shared registry's log, by start: each start line with its
+    end's `end` (monotonic seconds) and `outcome`, or None for a pull whose process died."""
+    starts, ends = {}, {}
+    log = shared / "pulls.log"
+    for line in log.read_text().splitlines() if log.exists() else []:
+        entry = json.loads(line)
+        if entry["digest"] == digest:
+            (starts if entry["event"] == "start" else ends)[entry["id"]] = entry
+    return sorted(({**s, "end": ends[i]["mono"] if i in ends else None,
+                    "outcome": ends[i]["outcome"] if i in ends else None}
+                   for i, s in starts.items()), key=lambda p: p["mono"])  # fmt: skip
+
+
+async def lanes_released(mcc: MccCluster) -> list[dict]:
+    leases = await mcc.cluster.call(
+        "GET", f"/apis/coordination.k8s.io/v1/namespaces/{MCO_NS}/leases")  # fmt: skip
+    lanes = [x for x in leases["items"] if x["metadata"]["name"].startswith("image-mode-")]
+    assert lanes and not any(x["spec"].get("holderIdentity") for x in lanes), lanes
+    return lanes
+
+
 async def pool_prepulls_one_lane_in_the_controllers_order(
     cluster: PoolBackend, base: Path, figures: list[str]
 ) -> None:
     """The default bound (K = maxUnavailable = 1 lane): the pre-pulls run one at a time, in
     the order the controller picks the Nodes, each before its Node's turn."""
-    # Reboots (3 s) longer than a pull (2 s): a pre-pull fits behind each turn. The zones are
-    # the reverse of the names, so the order followed is the controller's, not the names'.
+    # Reboots (3 s) longer than a pull (2 s): a pre-pull fits behind each turn.
     workers = 4
     async with bootstrapped(cluster, base, workers=workers, logs=True,
                             reboot_seconds=3.0) as (mcc, r0):  # fmt: skip
-        files = {"usr/lib/app/healthy": "yes"}
-        size = 64 * 1024 * 1024 * (1 + len(files))  # the simulated image's bytes
-        shared = base / "registry"
-        image = ""
-        for name, node in mcc.nodes.items():
-            image = node.sim.add_image("quay.io/example/os:lanes", files)  # one digest on all
-            node.sim.set_shared_link(shared, registry_bps=10 * size / 2, link_bps=size / 2,
-                                     host=name)  # fmt: skip
-            zone = chr(ord("a") + workers - 1 - int(name.rsplit("-", 1)[1]))
-            await mcc.cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {
-                "topology.kubernetes.io/zone": zone}}})  # fmt: skip
+        image, shared = await lanes_image(mcc, base, pull_seconds=2.0)
         digest = image.split("@")[1]
         t = await mcc.apply(machine_config("99-worker-os", os_image=image))
         r1 = await mcc.wait_new_rendered(r0)
@@ -237,29 +269,64 @@ async def pool_prepulls_one_lane_in_the_controllers_order(
                  for n in mcc.nodes}  # fmt: skip
         order = sorted(mcc.nodes, key=lambda n: picks[n] or 0.0)
         assert order == [f"worker-{k}" for k in reversed(range(workers))], picks  # by zone
-        starts, ends = {}, {}
-        for line in (shared / "pulls.log").read_text().splitlines():
-            entry = json.loads(line)
-            if entry["digest"] == digest:
-                (starts if entry["event"] == "start" else ends)[entry["id"]] = entry
-        pulls = sorted((s["mono"], ends[i]["mono"], s["host"]) for i, s in starts.items())
-        assert [host for _, _, host in pulls] == order, pulls  # one pull each, in pick order
-        assert all(ends[i]["outcome"] == "done" for i in starts)
-        for (_, end, _), (start, _, _) in itertools.pairwise(pulls):
-            assert end <= start + 0.1  # one lane: never two pulls at once
-        for _, end, host in pulls[1:]:
-            assert end <= picks[host], host  # every later Node's image was there at its turn
-        leases = await mcc.cluster.call(
-            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{MCO_NS}/leases"
-        )
-        lanes = [x for x in leases["items"] if x["metadata"]["name"].startswith("image-mode-")]
-        assert len(lanes) == 1 and not lanes[0]["spec"].get("holderIdentity"), lanes
+        pulls = registry_pulls(shared, digest)
+        assert [p["host"] for p in pulls] == order, pulls  # one pull each, in pick order
+        assert all(p["outcome"] == "done" for p in pulls), pulls
+        for before, after in itertools.pairwise(pulls):
+            assert before["end"] <= after["mono"] + 0.1  # one lane: never two pulls at once
+        for p in pulls[1:]:
+            assert p["end"] <= picks[p["host"]], p  # every later Node's image was there in time
+        assert len(await lanes_released(mcc)) == 1
         assert mcc.most_unavailable(after=t) == 1
         for name, node in mcc.nodes.items():
             assert node.booted() == digest and node.reboots() == 1, name
         figures.append(f"{workers}-node pool, one pre-pull lane (2 s pulls, 3 s reboots): pool "
                        f"Updated {total:.1f} s after the MachineConfig; pulls in pick order "
                        + ", ".join(order))  # fmt: skip
+
+
+async def pool_prepull_holder_killed_mid_pull_is_taken_over(
+    cluster: PoolBackend, base: Path, figures: list[str]
+) -> None:
+    """The lane's holder killed in the middle of its pre-pull (SIGKILL: no renewal, no
+    release): the next Node of the lane takes it over once the lease has run out, and the
+    killed Node, started again, is updated like the others."""
+    async with bootstrapped(cluster, base, workers=3, logs=True, reboot_seconds=5.0,
+                            agent_args=["--prestage-lease-seconds", "3"]) as (mcc, r0):  # fmt: skip
+        image, shared = await lanes_image(mcc, base, pull_seconds=4.0)
+        digest = image.split("@")[1]
+        victim, heir = "worker-1", "worker-0"  # ranks 1 and 2 (worker-2 is first, by zone)
+        t = await mcc.apply(machine_config("99-worker-os", os_image=image))
+        r1 = await mcc.wait_new_rendered(r0)
+        async with asyncio.timeout(120):
+            while not any(p["host"] == victim for p in registry_pulls(shared, digest)):
+                await asyncio.sleep(0.1)
+        assert (await mcc.node(victim))["metadata"]["annotations"][P + "desiredConfig"] == r0
+        await mcc.kill_agent(victim)  # mid-pre-pull, holding the lane
+        killed = time.monotonic()
+        async with asyncio.timeout(60):
+            while f"taken over from {victim}: its lease expired" not in \
+                    mcc.log_path(heir).read_text():  # fmt: skip
+                await asyncio.sleep(0.1)
+        taken = time.monotonic() - killed
+        mcc.start_agent(victim)
+        await mcc.wait_updated(r1, timeout=300)
+        total = time.monotonic() - t
+
+        # One lease (3 s) after the last renewal the heir saw (renewals every second), and soon.
+        assert 2.0 <= taken <= 10.0, taken
+        pulls = registry_pulls(shared, digest)
+        cut = [p for p in pulls if p["host"] == victim and p["end"] is None]
+        assert len(cut) == 1, pulls  # the killed pull left no end line
+        heirs = [p for p in pulls if p["host"] == heir]
+        assert heirs and heirs[0]["mono"] >= killed + 2.0, heirs  # only after the takeover
+        await lanes_released(mcc)
+        assert mcc.most_unavailable(after=t) == 1
+        for name, node in mcc.nodes.items():
+            assert node.booted() == digest and node.reboots() == 1, name
+        figures.append(f"3-node pool, the lane's holder killed mid-pre-pull (4 s pulls, 3 s "
+                       f"leases): taken over {taken:.1f} s after the kill; pool Updated "
+                       f"{total:.1f} s after the MachineConfig")  # fmt: skip
 
 
 async def kubelet_config_refused_then_healed(
@@ -382,6 +449,7 @@ SCENARIOS = (
     three_nodes_roll_one_at_a_time,
     pool_target_prestaged_before_each_nodes_turn,
     pool_prepulls_one_lane_in_the_controllers_order,
+    pool_prepull_holder_killed_mid_pull_is_taken_over,
     kubelet_config_refused_then_healed,
     serving_ca_rotation_rewrites_the_kubeconfigs,
 )

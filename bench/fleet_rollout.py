@@ -63,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # fleet_model, a scrip
 
 from fleet_model import Fleet, Outcome, lower_bound, simulate
 
+from agent.host.shared_registry import pull_records
 from tests.scenarios.pool import MccCluster, P, bootstrapped, machine_config
 from tests.scenarios.standin import StandInCluster
 from tests.simhost import IMAGE
@@ -147,22 +148,12 @@ def started(mcc: MccCluster, node: str) -> int:
     return path.read_text().count('"validated on-disk state"') if path.exists() else 0
 
 
-def read_pulls(log: Path, digest: str, t0: float, until: float) -> list[Pull]:
-    """The pulls of `digest` in the shared registry's log, times relative to t0."""
-    starts: dict[str, dict[str, Any]] = {}
-    ends: dict[str, dict[str, Any]] = {}
-    for line in log.read_text().splitlines() if log.exists() else []:
-        entry = json.loads(line)
-        if entry["digest"] == digest:
-            (starts if entry["event"] == "start" else ends)[entry["id"]] = entry
-    pulls = []
-    for ident, start in starts.items():
-        end = ends.get(ident)
-        pulls.append(Pull(start["host"], start["mono"] - t0,
-                          (end["mono"] if end else until) - t0,
-                          end["outcome"] if end else "running",
-                          int(end["fetched"]) if end else 0))  # fmt: skip
-    return sorted(pulls, key=lambda p: p.start)
+def read_pulls(shared: Path, digest: str, t0: float, until: float) -> list[Pull]:
+    """The pulls of `digest` in the shared registry's log, times relative to t0 (a pull with
+    no end, its process killed, is counted as running until `until`, also relative)."""
+    return [Pull(r.host, r.start - t0, until if r.end is None else r.end - t0,
+                 r.outcome or "running", r.fetched)
+            for r in pull_records(shared, digest)]  # fmt: skip
 
 
 def sweep(pulls: list[Pull]) -> list[tuple[float, int]]:
@@ -233,7 +224,7 @@ async def one_rollout(n: int, strategy: str, repeat: int, settings: Settings,
             rollout = time.monotonic() - t0
             progress(f"N={n} {strategy} #{repeat + 1}: pool Updated after {rollout:.1f} s")
             measured = measure(mcc, settings, n, strategy, repeat, target, digest, t0, rollout,
-                               shared / "pulls.log")  # fmt: skip
+                               shared)  # fmt: skip
             await mcc.stop_agents()  # their exit lines carry the last counts
             for name in mcc.nodes:
                 lives = mcc.api_requests(name)[lives_before[name] :]
@@ -260,7 +251,7 @@ async def report_progress(mcc: MccCluster, target: str, t0: float, n: int,
 
 def measure(mcc: MccCluster, settings: Settings, n: int, strategy: str, repeat: int,
             target: str, digest: str, t0: float, rollout: float,
-            log: Path) -> Measured:  # fmt: skip
+            shared: Path) -> Measured:  # fmt: skip
     def done_at(a: dict[str, str]) -> bool:
         return a.get(P + "currentConfig") == target and a.get(P + "state") == "Done"
 
@@ -270,7 +261,7 @@ def measure(mcc: MccCluster, settings: Settings, n: int, strategy: str, repeat: 
         done = mcc.first(name, done_at, t0)
         assert pick is not None and done is not None, f"{name}: no turn or no Done seen"
         picks[name], dones[name] = pick - t0, done - t0
-    pulls = read_pulls(log, digest, t0, rollout)
+    pulls = read_pulls(shared, digest, t0, rollout)
     for pull in pulls:
         pull.turn = pull.start >= picks[pull.host] - TURN_SLACK
     steps = sweep(pulls)

@@ -327,3 +327,15 @@ def test_sim_images_signed_by_a_key_and_the_policy_that_asks(tmp_path: Path, hos
     assert run_once(sim, desired).returncode == 3
     assert run_once(sim, desired).returncode == 0
     assert reboots(sim) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "words"),
+    [("--prestage-slots", "0", "expected auto, unbounded or a number >= 1, got '0'"),
+     ("--prestage-slots", "some", "expected auto, unbounded or a number >= 1"),
+     ("--prestage-lease-seconds", "2", "expected whole seconds >= 3, got '2'"),
+     ("--prestage-lease-seconds", "1.5", "expected whole seconds >= 3")],
+)  # fmt: skip
+def test_prestage_bound_flags_refuse_bad_values(flag: str, value: str, words: str) -> None:
+    done = agent("run", "--source", "kube", "--host", "simulated:/nonexistent", flag, value)
+    assert done.returncode == 2 and flag in done.stderr and words in done.stderr

@@ -16,6 +16,7 @@ import pytest
 
 from agent.errors import HostError
 from agent.host.ports import Progress
+from agent.host.shared_registry import pull_records
 from agent.host.simulated import LAYERS, SimulatedBootc, SimulatedHost
 from agent.model.imageref import ImageRef, parse_image_ref
 
@@ -52,12 +53,11 @@ def log(shared: Path) -> list[dict]:
 
 
 def seconds(shared: Path, name: str) -> float:
-    """How long the host's one finished pull took, by the log's shared clock."""
-    lines = [e for e in log(shared) if e["host"] == name]
-    start = next(e for e in lines if e["event"] == "start")
-    end = next(e for e in lines if e["event"] == "end" and e["id"] == start["id"])
-    assert end["outcome"] == "done" and end["fetched"] == SIZE, end
-    return end["mono"] - start["mono"]
+    """How long the host's first pull took, by the log's shared clock (pull_records pairs its
+    start and end lines)."""
+    record = next(r for r in pull_records(shared) if r.host == name)
+    assert record.outcome == "done" and record.fetched == SIZE and record.end, record
+    return record.end - record.start
 
 
 def peak(shared: Path) -> int:

@@ -48,6 +48,13 @@ def _slots(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected auto, unbounded or a number >= 1, got {text!r}")
 
 
+def _lease_seconds(text: str) -> int:
+    """`--prestage-lease-seconds`: renewed every third, so at least 3 whole seconds."""
+    if text.isdigit() and int(text) >= 3:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected whole seconds >= 3, got {text!r}")
+
+
 def _read_file(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -409,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument(
         "--prestage-lease-seconds",
-        type=int,
+        type=_lease_seconds,
         default=30,
         help="a pre-pull lane's lease: renewed every third, taken over after it runs out",
     )

@@ -149,9 +149,6 @@ async def run_cluster_source(
     node_name = getattr(args, "node_name", None) or os.environ.get("NODE_NAME")
     if not node_name:
         raise InputError("no node name: pass --node-name or set NODE_NAME", field="--node-name")
-    if getattr(args, "prestage_lease_seconds", 30) < 3:
-        raise InputError("must be at least 3 (renewed every third)",
-                         field="--prestage-lease-seconds")  # fmt: skip
     api = await Kube.connect(getattr(args, "kubeconfig", None))
     node_kubeconfig = getattr(args, "node_kubeconfig", None)
     node_api = await Kube.connect(node_kubeconfig) if node_kubeconfig else api

@@ -38,7 +38,8 @@ from agent.cluster.mcn_steps import PassSteps
 from agent.cluster.mcn_writer import MachineConfigNodeWriter
 from agent.cluster.node_writer import NodeWriter, ProgressReporter
 from agent.cluster.passes import PassLoop
-from agent.cluster.prestager import PoolTarget, PrestageOptions, Prestager
+from agent.cluster.pool_target import PoolTarget
+from agent.cluster.prestager import PrestageOptions, Prestager
 from agent.cluster.watch import NamedWatch, ObjectWatch
 from agent.core.desired import Desired
 from agent.core.policy import BUILTIN_POLICY, Allowlist, policy_from_machine_configuration

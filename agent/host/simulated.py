@@ -31,25 +31,14 @@ as containers/image does: refused before any layer is pulled, with its words.
 
 Pull time: an image is 64 MiB x (1 + its files) bytes. Without a shared link a layer takes the
 image's `pull_seconds` / LAYERS. With one (`set_shared_link`: registry.json `link`, set per
-host), many hosts' pulls share one registry, across processes: `link.dir` is a directory all
-of them name, `registry_bps` (B) the registry's bytes per second shared by every pull running
-at that moment, `link_bps` (b) each pull's own cap; `pull_seconds` is then not used. A pull that
-fetches anything registers itself in DIR/active (one file named `PID-ID.active`, removed when it
-ends however it ends; an entry whose process is dead is ignored and removed, so a killed agent
-does not hold bandwidth), then moves its layers' bytes in ticks of TICK seconds at
-min(b, B / n), n the live entries at that tick. Each start and end is one JSON line in
-DIR/pulls.log: `event` (start | end), `id`, `time` (epoch), `mono` (time.monotonic(): one clock
-for every process on the machine), `host` (`link.host`), `pid`, `digest`, `verb` (`pull`: the
-hidden image pull, only a pre-pull uses it; `stage`: a switch, a pre-stage or a turn: the log
-cannot tell, the Node's desiredConfig can), `locked`, `layer` (the first one fetched),
-`layers` and `bytes` to fetch; an end adds `outcome` (done | cancelled | failed) and `fetched`.
-Registry "down", a full disk and cancellation act as without a link, between layers; a layer
-cut off mid-way is fetched again from its start."""
+host), many hosts' pulls share one registry's bandwidth, across processes
+(agent/host/shared_registry.py), and `pull_seconds` is not used. Registry "down", a full disk
+and cancellation act as without a link, between layers; a layer cut off mid-way is fetched
+again from its start."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -68,6 +57,7 @@ from agent.host.etc_diff import simulated_config_diff
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback
+from agent.host.shared_registry import LinkEntry, SharedLink
 from agent.host.unit_files import unit_file_state
 from agent.model.bootc_caps import REPO, Capabilities, pull_imgref, release_capabilities
 from agent.model.bootc_check import check_argv
@@ -80,7 +70,6 @@ _PASSWD = "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/home/
 _GROUP = "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n"
 _SHADOW = "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n"
 LAYERS = 3
-TICK = 0.05  # seconds between a shared-link pull's looks at how many pulls share the registry
 
 
 def _now() -> str:
@@ -657,7 +646,7 @@ class SimulatedBootc:
             on_progress(Progress(done_bytes=total, total_bytes=total, step="pulling",
                                  cached_bytes=total))  # fmt: skip
         link = SharedLink.of(self.sim._registry().get("link"))
-        entry: _Entry | None = None
+        entry: LinkEntry | None = None
         outcome = "failed"
         layers_done = 0
         try:
@@ -770,111 +759,6 @@ class SimulatedBootc:
         state["rollback_queued"] = not state["rollback_queued"]
         write_json(self.sim._state_path, state)
         self.sim.log_action("bootc", "rollback")
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One pull registered in the shared directory: its file and what its log lines repeat."""
-
-    path: Path
-    fields: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class SharedLink:
-    """A registry's bandwidth shared by the pulls of every host that names `directory`, in
-    any process: who pulls is the directory's `active/` entries, one per running pull."""
-
-    directory: Path
-    registry_bps: float  # B: shared by all pulls running at once
-    link_bps: float  # b: each pull's own cap
-    host: str
-
-    @classmethod
-    def of(cls, setting: dict[str, Any] | None) -> SharedLink | None:
-        if not setting:
-            return None
-        return cls(Path(setting["dir"]), float(setting["registry_bps"]),
-                   float(setting["link_bps"]), str(setting.get("host", "")))  # fmt: skip
-
-    @property
-    def active_dir(self) -> Path:
-        return self.directory / "active"
-
-    @property
-    def log_path(self) -> Path:
-        return self.directory / "pulls.log"
-
-    def active(self) -> int:
-        """The pulls running now: entries whose process lives (a killed agent's stay behind;
-        they are removed here so that they are not looked at again)."""
-        count = 0
-        try:
-            names = os.listdir(self.active_dir)
-        except FileNotFoundError:
-            return 0
-        for name in names:
-            pid_text = name.split("-", 1)[0]
-            if not name.endswith(".active") or not pid_text.isdigit():
-                continue
-            if _alive(int(pid_text)):
-                count += 1
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    (self.active_dir / name).unlink()
-        return count
-
-    def rate(self) -> float:
-        """Bytes per second one pull gets now: its cap, or its share of the registry."""
-        return min(self.link_bps, self.registry_bps / max(1, self.active()))
-
-    def join(self, digest: str, verb: str, locked: bool, layer: int, layers: int,
-             size: int) -> _Entry:  # fmt: skip
-        pid, ident = os.getpid(), uuid.uuid4().hex[:12]
-        self.active_dir.mkdir(parents=True, exist_ok=True)
-        path = self.active_dir / f"{pid}-{ident}.active"
-        path.write_text(self.host)
-        fields = {"id": ident, "host": self.host, "pid": pid, "digest": digest, "verb": verb,
-                  "locked": locked, "layer": layer, "layers": layers, "bytes": size}  # fmt: skip
-        self._log("start", fields)
-        return _Entry(path, fields)
-
-    def leave(self, entry: _Entry, outcome: str, fetched: int) -> None:
-        entry.path.unlink(missing_ok=True)
-        self._log("end", {**entry.fields, "outcome": outcome, "fetched": fetched})
-
-    async def transfer(self, size: float) -> None:
-        """Move `size` bytes at the rate each tick allows (the rate of a tick holds for the
-        time it really took, so a late wake-up neither loses nor gains bytes)."""
-        left = float(size)
-        last = time.monotonic()
-        while left > 0:
-            rate = self.rate()
-            await asyncio.sleep(min(TICK, left / rate))
-            now = time.monotonic()
-            left -= rate * (now - last)
-            last = now
-
-    def _log(self, event: str, fields: dict[str, Any]) -> None:
-        line = json.dumps({"event": event, "time": time.time(), "mono": time.monotonic(),
-                           **fields})  # fmt: skip
-        # One write of one short line to a file opened for appending: lines of concurrent
-        # processes do not interleave.
-        with open(self.log_path, "a") as handle:
-            handle.write(line + "\n")
-
-
-def _alive(pid: int) -> bool:
-    """Whether the process exists. (A zombie still does until its parent reaps it, which
-    systemd and the test supervisors do at once; reading /proc for it at every tick of every
-    pull would cost more than the rare tick it corrects.)"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's: it exists
-    return True
 
 
 class SimulatedSystem:

@@ -69,6 +69,25 @@ class Sample:
         return self.unschedulable or (not done and state not in ("Degraded", "Unreconcilable"))
 
 
+async def stop_agent(node: NodeHost, grace: float) -> None:
+    """The node's supervisor first (no restart), then its agent: SIGTERM and `grace` seconds
+    to end, else (or with no grace) SIGKILL. (HostedPool borrows the methods that call this.)"""
+    if node.task is not None:
+        node.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await node.task
+        node.task = None
+    if node.proc is None or node.proc.returncode is not None:
+        return
+    if grace > 0:
+        node.proc.terminate()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(node.proc.wait(), grace)
+            return
+    node.proc.kill()
+    await node.proc.wait()
+
+
 @dataclass
 class MccCluster:
     cluster: PoolBackend
@@ -135,31 +154,12 @@ class MccCluster:
 
     async def kill_agent(self, name: str) -> None:
         """SIGKILL the node's agent (no clean-up of any kind) and leave it down."""
-        node = self.nodes[name]
-        if node.task is not None:
-            node.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await node.task
-            node.task = None
-        if node.proc is not None and node.proc.returncode is None:
-            node.proc.kill()
-            await node.proc.wait()
+        await stop_agent(self.nodes[name], grace=0.0)
 
     async def stop_agents(self) -> None:
         """Stop every agent (SIGTERM, as systemd stops a service) and its supervisor."""
         for node in self.nodes.values():
-            if node.task is not None:
-                node.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await node.task
-                node.task = None
-            if node.proc is not None and node.proc.returncode is None:
-                node.proc.terminate()
-                try:
-                    await asyncio.wait_for(node.proc.wait(), 10)
-                except TimeoutError:
-                    node.proc.kill()
-                    await node.proc.wait()
+            await stop_agent(node, grace=10.0)
 
     async def _supervise(self, node: NodeHost) -> None:
         """Run the agent; after a simulated reboot (exit 3) start it again, as systemd would."""

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
-import json
 import subprocess
 import time
 from pathlib import Path
 
 import yaml
 
+from agent.host.shared_registry import pull_records
 from tests.scenarios.backend import MCO_NS, PoolBackend
 from tests.scenarios.pool import MC_PATH, MCN_COLUMNS, MccCluster, P, bootstrapped, machine_config
 
@@ -227,20 +227,6 @@ async def lanes_image(mcc: MccCluster, base: Path, pull_seconds: float) -> tuple
     return image, shared
 
 
-def registry_pulls(shared: Path, digest: str) -> list[dict]:
-    """The pulls of `digest` in the shared registry's log, by start: each start line with its
-    end's `end` (monotonic seconds) and `outcome`, or None for a pull whose process died."""
-    starts, ends = {}, {}
-    log = shared / "pulls.log"
-    for line in log.read_text().splitlines() if log.exists() else []:
-        entry = json.loads(line)
-        if entry["digest"] == digest:
-            (starts if entry["event"] == "start" else ends)[entry["id"]] = entry
-    return sorted(({**s, "end": ends[i]["mono"] if i in ends else None,
-                    "outcome": ends[i]["outcome"] if i in ends else None}
-                   for i, s in starts.items()), key=lambda p: p["mono"])  # fmt: skip
-
-
 async def lanes_released(mcc: MccCluster) -> list[dict]:
     leases = await mcc.cluster.call(
         "GET", f"/apis/coordination.k8s.io/v1/namespaces/{MCO_NS}/leases")  # fmt: skip
@@ -269,13 +255,13 @@ async def pool_prepulls_one_lane_in_the_controllers_order(
                  for n in mcc.nodes}  # fmt: skip
         order = sorted(mcc.nodes, key=lambda n: picks[n] or 0.0)
         assert order == [f"worker-{k}" for k in reversed(range(workers))], picks  # by zone
-        pulls = registry_pulls(shared, digest)
-        assert [p["host"] for p in pulls] == order, pulls  # one pull each, in pick order
-        assert all(p["outcome"] == "done" for p in pulls), pulls
+        pulls = pull_records(shared, digest)
+        assert [p.host for p in pulls] == order, pulls  # one pull each, in pick order
+        assert all(p.outcome == "done" for p in pulls), pulls
         for before, after in itertools.pairwise(pulls):
-            assert before["end"] <= after["mono"] + 0.1  # one lane: never two pulls at once
+            assert before.end <= after.start + 0.1  # one lane: never two pulls at once
         for p in pulls[1:]:
-            assert p["end"] <= picks[p["host"]], p  # every later Node's image was there in time
+            assert p.end <= picks[p.host], p  # every later Node's image was there in time
         assert len(await lanes_released(mcc)) == 1
         assert mcc.most_unavailable(after=t) == 1
         for name, node in mcc.nodes.items():
@@ -299,7 +285,7 @@ async def pool_prepull_holder_killed_mid_pull_is_taken_over(
         t = await mcc.apply(machine_config("99-worker-os", os_image=image))
         r1 = await mcc.wait_new_rendered(r0)
         async with asyncio.timeout(120):
-            while not any(p["host"] == victim for p in registry_pulls(shared, digest)):
+            while not any(p.host == victim for p in pull_records(shared, digest)):
                 await asyncio.sleep(0.1)
         assert (await mcc.node(victim))["metadata"]["annotations"][P + "desiredConfig"] == r0
         await mcc.kill_agent(victim)  # mid-pre-pull, holding the lane
@@ -315,11 +301,11 @@ async def pool_prepull_holder_killed_mid_pull_is_taken_over(
 
         # One lease (3 s) after the last renewal the heir saw (renewals every second), and soon.
         assert 2.0 <= taken <= 10.0, taken
-        pulls = registry_pulls(shared, digest)
-        cut = [p for p in pulls if p["host"] == victim and p["end"] is None]
+        pulls = pull_records(shared, digest)
+        cut = [p for p in pulls if p.host == victim and p.end is None]
         assert len(cut) == 1, pulls  # the killed pull left no end line
-        heirs = [p for p in pulls if p["host"] == heir]
-        assert heirs and heirs[0]["mono"] >= killed + 2.0, heirs  # only after the takeover
+        heirs = [p for p in pulls if p.host == heir]
+        assert heirs and heirs[0].start >= killed + 2.0, heirs  # only after the takeover
         await lanes_released(mcc)
         assert mcc.most_unavailable(after=t) == 1
         for name, node in mcc.nodes.items():

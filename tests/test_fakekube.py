@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -662,3 +663,30 @@ async def test_strategic_merge_directives() -> None:
     doc = json_patch({"a": [1, 2]}, [{"op": "add", "path": "/a/-", "value": 3},
                                      {"op": "move", "from": "/a", "path": "/b"}])  # fmt: skip
     assert doc == {"b": [1, 2, 3]}
+
+
+async def test_leases_are_optimistic_as_the_pre_pull_lanes_need(admin: ApiClient) -> None:
+    """What agent/cluster/pull_lanes.py relies on, as the CoordinationV1 API documents it: a
+    second create is 409 AlreadyExists, an update with a stale resourceVersion 409 Conflict,
+    one with the current resourceVersion goes through, and MicroTime round-trips."""
+    leases = client.CoordinationV1Api(admin)
+    ns = "openshift-machine-config-operator"
+    lease = client.V1Lease(metadata=client.V1ObjectMeta(name="lane", namespace=ns),
+                           spec=client.V1LeaseSpec(holder_identity="a",
+                                                   lease_duration_seconds=30))  # fmt: skip
+    made = await leases.create_namespaced_lease(ns, lease)
+    with pytest.raises(ApiException) as exc:
+        await leases.create_namespaced_lease(ns, lease)
+    assert exc.value.status == 409 and body(exc.value)["reason"] == "AlreadyExists"
+    made.spec.holder_identity = "b"
+    taken = await leases.replace_namespaced_lease("lane", ns, made)
+    assert taken.spec.holder_identity == "b"
+    assert int(taken.metadata.resource_version) > int(made.metadata.resource_version)
+    made.spec.holder_identity = "c"  # still carries the resourceVersion "b" replaced
+    with pytest.raises(ApiException) as exc:
+        await leases.replace_namespaced_lease("lane", ns, made)
+    assert exc.value.status == 409 and body(exc.value)["reason"] == "Conflict"
+    when = datetime(2026, 12, 4, 0, 0, 0, 123456, tzinfo=UTC)
+    taken.spec.renew_time = when
+    renewed = await leases.replace_namespaced_lease("lane", ns, taken)
+    assert renewed.spec.renew_time == when

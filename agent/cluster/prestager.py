@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from agent.cluster import annotations as A
 from agent.cluster.events import EventRecorder
@@ -34,6 +34,7 @@ from agent.cluster.pull_order import (
     pool_size_note,
 )
 from agent.cluster.watch import ObjectWatch
+from agent.core.backoff import backoff
 from agent.core.desired import Desired
 from agent.errors import HostError, InputError
 from agent.host.ports import Progress
@@ -368,7 +369,9 @@ class Prestager:
 
         retrying = AsyncRetrying(
             retry=retry_if_exception(retryable),
-            wait=wait_exponential_jitter(self.options.retry_initial, self.options.retry_max),
+            wait=lambda state: backoff(
+                state.attempt_number, self.options.retry_initial, self.options.retry_max
+            ),
             before_sleep=report_failure,
             reraise=True,
         )

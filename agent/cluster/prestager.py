@@ -30,9 +30,7 @@ from agent.cluster.events import EventRecorder
 from agent.cluster.kube import TRANSIENT, KubeError
 from agent.cluster.prestage import Act, Decision
 from agent.cluster.pull_lanes import LaneLost, PullLane
-from agent.cluster.pull_order import (
-    pool_size_note,
-)
+from agent.cluster.pull_order import pool_size_note
 from agent.cluster.watch import ObjectWatch
 from agent.core.backoff import backoff
 from agent.core.desired import Desired
@@ -328,6 +326,7 @@ class Prestager:
         here on); None when the pre-pulls are unbounded: asked for, or not allowed (the
         service account lacks the Role of deploy/rbac.yaml: pre-staging goes on as before the
         bound, and says so). API faults are retried; the turn never waits for any of this."""
+        failures = 0
         while True:
             try:
                 lane = await self.source.lane(name)
@@ -354,8 +353,11 @@ class Prestager:
                 self._hold(lane, owner=asyncio.current_task())
                 self.log.info("pre-pull lane held", lane=lane.name, why=why)
                 return lane
-            self.log.warning("pre-pull lane not reached; retrying", error=str(error))
-            await asyncio.sleep(self.options.retry_initial)
+            failures += 1
+            delay = backoff(failures, self.options.retry_initial, self.options.retry_max)
+            self.log.warning("pre-pull lane not reached; retrying", error=str(error),
+                             delay=round(delay, 1))  # fmt: skip
+            await asyncio.sleep(delay)
 
     async def _pull(self, name: str, desired: Desired, target: str) -> bool:
         """The pre-stage with its retries; whether it is over (done or stopped for good)."""

@@ -249,3 +249,53 @@ def test_layout_link_owned_by_another_user_is_refused(
         monkeypatch.setattr("agent.host.files.os.geteuid", lambda: os.getuid() + 1)
     with pytest.raises(HostError, match="/home is a symlink"):
         write(files, SSH_KEYS)
+
+
+# -- writes that change nothing ---------------------------------------------------------------
+def test_a_write_that_changes_nothing_touches_nothing(files: RootedFiles, root: Path) -> None:
+    path = "/var/lib/kubelet/config.json"
+    core = Owner(name="core")
+    assert files.write(path, b"{}", mode=0o600, user=core, group=core) is True
+    info = (root / path.lstrip("/")).stat()
+    assert files.write(path, b"{}", mode=0o600, user=core, group=core) is False
+    again = (root / path.lstrip("/")).stat()
+    assert (again.st_ino, again.st_mtime_ns, again.st_ctime_ns) == (
+        info.st_ino, info.st_mtime_ns, info.st_ctime_ns,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("contents", "mode", "owner"),
+    [(b"[]", 0o600, "core"), (b"{}", 0o644, "core"), (b"{}", 0o600, "root")],
+    ids=["bytes", "mode", "owner"],
+)
+def test_any_difference_is_written(files: RootedFiles, root: Path, contents: bytes, mode: int,
+                                   owner: str) -> None:  # fmt: skip
+    if owner != "core" and os.geteuid() != 0:
+        pytest.skip("owners are set only by root")
+    path = "/var/lib/kubelet/config.json"
+    files.write(path, b"{}", mode=0o600, user=Owner(name="core"), group=Owner(name="core"))
+    inode = (root / path.lstrip("/")).stat().st_ino
+    assert files.write(path, contents, mode=mode, user=Owner(name=owner),
+                       group=Owner(name=owner)) is True  # fmt: skip
+    info = (root / path.lstrip("/")).stat()
+    assert info.st_ino != inode  # replaced, atomically
+    assert (stat.S_IMODE(info.st_mode), (root / path.lstrip("/")).read_bytes()) == (mode, contents)
+
+
+def test_ensure_dir_and_delete_that_change_nothing(files: RootedFiles, root: Path) -> None:
+    core = Owner(name="core")
+    files.ensure_dir("/home/core/.ssh", mode=0o700, user=core, group=core)
+    before = (root / "home/core/.ssh").stat().st_ctime_ns
+    files.ensure_dir("/home/core/.ssh", mode=0o700, user=core, group=core)
+    assert (root / "home/core/.ssh").stat().st_ctime_ns == before  # no chmod, no chown
+    assert files.delete("/var/lib/kubelet/config.json") is False
+
+
+def test_a_password_hash_already_set_is_not_written(files: RootedFiles, root: Path) -> None:
+    (root / "etc/shadow").write_text("root:*:1::::::\ncore:$6$old:1::::::\n")
+    (root / "etc/shadow").chmod(0o600)
+    assert files.set_password_hash("core", "$6$new") is True
+    mtime = (root / "etc/shadow").stat().st_mtime_ns
+    assert files.set_password_hash("core", "$6$new") is False
+    assert (root / "etc/shadow").stat().st_mtime_ns == mtime

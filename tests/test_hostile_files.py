@@ -314,9 +314,15 @@ def test_remove_dir_with_hostile_entries(world: World) -> None:
         world.files.remove_dir(CERTS_DIR + "gone")
     assert not folder.exists()
     assert snapshot(world.outside, b"") == before
-    # A subdirectory is not removed recursively.
-    (folder / "sub").mkdir(parents=True)
-    refused(world, lambda: world.files.remove_dir(CERTS_DIR + "gone"), "a directory")
+    # Subdirectories go too, as the MCD's os.RemoveAll takes them, and a link in one is
+    # still unlinked, never followed.
+    (folder / "sub/deeper").mkdir(parents=True)
+    (folder / "sub/deeper/link").symlink_to(world.outside / "dir")
+    (folder / "sub/ca.crt").write_text("x")
+    with no_hang():
+        world.files.remove_dir(CERTS_DIR + "gone")
+    assert not folder.exists()
+    assert snapshot(world.outside, b"") == before
 
 
 # -- path strings --------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from agent.core.policy import (
     KUBELET_CA,
     KUBELET_KUBECONFIG,
 )
-from agent.errors import InputError
+from agent.errors import HostError, InputError
 from agent.host.ports import FilesPort, Host
 from agent.model.ignition import Owner
 
@@ -98,24 +99,57 @@ def certificates(controller_config: dict[str, Any]) -> CertSet:
 
 
 def _write_if_changed(files_port: FilesPort, cert: CertFile) -> bool:
-    if files_port.read(cert.path) == cert.contents:
-        return False
     mode = files_port.mode_of(cert.path)
-    files_port.write(cert.path, cert.contents, mode=cert.new_mode if mode is None else mode,
-                     user=ROOT, group=ROOT)  # fmt: skip
-    return True
+    return files_port.write(cert.path, cert.contents,
+                            mode=cert.new_mode if mode is None else mode,
+                            user=ROOT, group=ROOT)  # fmt: skip
 
 
-def write_certificates(files_port: FilesPort, certs: CertSet) -> list[str]:
-    """Write the set (atomic, existing modes kept) and remove registry directories that are
-    no longer listed. Returns the paths written or removed, for the log."""
-    changed = [cert.path for cert in certs.files if _write_if_changed(files_port, cert)]
+@dataclass(frozen=True)
+class CertsWritten:
+    """What `write_certificates` did, for the log: `changed` written or removed, `warnings`
+    for the registry directories it could not remove (the MCD warns and goes on)."""
+
+    changed: list[str]
+    warnings: list[str]
+
+
+def _stale_registry_dirs(files_port: FilesPort, base: str, listed: frozenset[str]) -> list[str]:
+    """Directories under `base` that no registry bundle names. Only directories, as lstat
+    sees them: Ignition's `.create` placeholder, every other regular file and every link are
+    left where they are, as the MCD leaves them (certificate_writer.go, `entry.IsDir()` of
+    os.ReadDir, which does not follow links)."""
+    stale = []
+    for name in files_port.list_dir(base):
+        if name in listed:
+            continue
+        kind = files_port.inspect_kind(f"{base}/{name}")
+        if kind is not None and stat.S_ISDIR(kind):
+            stale.append(name)
+    return stale
+
+
+def write_certificates(files_port: FilesPort, certs: CertSet) -> CertsWritten:
+    """Remove the registry directories no longer listed, then write the set (atomic, existing
+    modes kept, a file already as wanted left untouched), following the MCD's certificate
+    writer, `syncControllerConfigHandler`
+    (https://github.com/openshift/machine-config-operator/blob/7ff337a4ffac8e7562692181178ede61e4b2eec5/pkg/daemon/certificate_writer.go#L238-L279):
+    a directory that cannot be removed is a warning, not a failure.
+
+    Where the MCD compares a directory's name with the bundle's raw `file` (so a bundle for
+    `host..5000` has its `host:5000` directory removed and written again at every sync), this
+    compares with the name the bundle is written under, so a listed directory is never touched."""
+    changed, warnings = [], []
     base = CERTS_DIR.rstrip("/")
-    for directory in files_port.list_dir(base):
-        if directory not in certs.registry_dirs:
-            files_port.remove_dir(f"{base}/{directory}")
-            changed.append(f"{base}/{directory}")
-    return changed
+    for name in _stale_registry_dirs(files_port, base, certs.registry_dirs):
+        try:
+            files_port.remove_dir(f"{base}/{name}")
+        except HostError as exc:
+            warnings.append(f"could not remove old certificate directory {base}/{name}: {exc}")
+            continue
+        changed.append(f"{base}/{name}")
+    changed.extend(cert.path for cert in certs.files if _write_if_changed(files_port, cert))
+    return CertsWritten(changed, warnings)
 
 
 def _read_kubeconfig(files_port: FilesPort, path: str) -> bytes:

@@ -79,6 +79,15 @@ class Plan:
         restarted = {a.removeprefix("restart ") for a in actions if a.startswith("restart ")}
         return tuple(a for a in actions if a.removeprefix("reload ") not in restarted)
 
+    def summary(self) -> str:
+        """The plan in a line: why, then how many live files it checks. The live files are
+        counted, not listed here: which of them change is known only at the write
+        (`live_summary`), and a list cut at a few names hides the one that did."""
+        parts = [r for r in self.reasons if not r.startswith("live: ")][:3]
+        if self.live:
+            parts.append(f"{len(self.live)} live file(s) to bring to the config")
+        return "; ".join(parts)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
@@ -107,6 +116,24 @@ class Plan:
             lines.append("reasons:")
             lines.extend(f"  - {reason}" for reason in self.reasons)
         return "\n".join(lines)
+
+
+def live_summary(plan: Plan, changed: Iterable[LiveStep]) -> str:
+    """What the live part of `plan` did, once it has run (`changed`: the steps that changed
+    the host; the others were as wanted already), and what happens next."""
+    done = [f"{step.action} {step.path}" for step in changed]
+    unchanged = len(plan.live) - len(done)
+    if done:
+        text = f"applied {len(done)} live change(s): {_summarize(done)}"
+        if unchanged:
+            text += f"; {unchanged} already as desired"
+    else:
+        text = f"live files already as desired ({unchanged}): nothing written"
+    if plan.verdict == "image":
+        return f"{text}; next: stage {plan.target_image}, then drain and reboot"
+    if plan.verdict == "live":
+        return f"{text}; no reboot"
+    return text
 
 
 def _render(actions: Iterable[Action]) -> tuple[str, ...]:

@@ -207,7 +207,30 @@ class RootedFiles:
             return None
 
     # -- the port ------------------------------------------------------------------------
-    def write(self, path: str, contents: bytes, *, mode: int, user: Owner, group: Owner) -> None:
+    def _same_file(self, dirfd: int, name: str, contents: bytes, mode: int, uid: int,
+                   gid: int) -> bool:  # fmt: skip
+        """Whether the regular file `name` holds `contents` with `mode` (and the owner, where
+        writes set one) already. Opened without following a link or waiting on a FIFO."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=dirfd)  # fmt: skip
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode:
+                return False
+            if self._set_owner and (info.st_uid, info.st_gid) != (uid, gid):
+                return False
+            if info.st_size != len(contents):
+                return False
+            os.set_blocking(fd, True)
+            return handle.read() == contents
+
+    def write(self, path: str, contents: bytes, *, mode: int, user: Owner, group: Owner) -> bool:
+        """Write `path` atomically; False, touching nothing, when its bytes, mode and owner
+        match already: a write that changes nothing still wakes inotify watchers (the drift
+        monitor) and moves the mtime an auditor reads."""
         self._check_allowed(path)
         uid, gid = self._uid(user), self._gid(group)
         with _io_errors("write", path), self._parent(path, create=True) as (dirfd, name):
@@ -216,6 +239,8 @@ class RootedFiles:
                 raise HostError(
                     f"refusing {shown(path)}: exists and is not a regular file", kind="path"
                 )
+            if existing is not None and self._same_file(dirfd, name, contents, mode, uid, gid):
+                return False
             tmp = _temp_name(name)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dirfd)  # left by a crash mid-write
@@ -241,6 +266,7 @@ class RootedFiles:
                     os.unlink(tmp, dir_fd=dirfd)
                 raise
             os.fsync(dirfd)
+        return True
 
     def ensure_dir(self, path: str, *, mode: int, user: Owner, group: Owner) -> None:
         split_path(path)
@@ -260,14 +286,17 @@ class RootedFiles:
                     f"refusing {shown(path)}: a symlink or not a directory", kind="path"
                 ) from (exc)
             try:
-                if self._set_owner:
+                info = os.fstat(fd)
+                if self._set_owner and (info.st_uid, info.st_gid) != (uid, gid):
                     os.fchown(fd, uid, gid)
-                os.fchmod(fd, mode)
+                if stat.S_IMODE(info.st_mode) != mode:
+                    os.fchmod(fd, mode)
             finally:
                 os.close(fd)
             os.fsync(dirfd)
 
-    def delete(self, path: str) -> None:
+    def delete(self, path: str) -> bool:
+        """Remove the file at `path`; False when there is none."""
         self._check_allowed(path)
         try:
             with (
@@ -276,13 +305,14 @@ class RootedFiles:
             ):
                 existing = self._existing_kind(dirfd, name)
                 if existing is None:
-                    return
+                    return False
                 if stat.S_ISDIR(existing):
                     raise HostError(f"refusing to delete {shown(path)}: a directory", kind="path")
                 os.unlink(name, dir_fd=dirfd)
                 os.fsync(dirfd)
+                return True
         except FileNotFoundError:
-            return
+            return False
 
     def read(self, path: str) -> bytes | None:
         try:
@@ -314,15 +344,20 @@ class RootedFiles:
 
     def mode_of(self, path: str) -> int | None:
         """Permission bits of an existing regular file, None when absent."""
+        kind = self.inspect_kind(path)
+        return stat.S_IMODE(kind) if kind is not None and stat.S_ISREG(kind) else None
+
+    def inspect_kind(self, path: str) -> int | None:
+        """lstat's st_mode of `path` (a link is not followed), None when absent; nothing is
+        opened or read."""
         try:
             with (
                 _io_errors("inspect", path, absent_ok=True),
                 self._parent(path, create=False) as (dirfd, name),
             ):
-                kind = self._existing_kind(dirfd, name)
+                return self._existing_kind(dirfd, name)
         except FileNotFoundError:
             return None
-        return stat.S_IMODE(kind) if kind is not None and stat.S_ISREG(kind) else None
 
     def inspect(self, path: str) -> FileFacts | None:
         """A path as lstat sees it (a symlink is not followed), with a regular file's bytes;
@@ -365,10 +400,16 @@ class RootedFiles:
             ) from None
 
     def remove_dir(self, path: str) -> None:
-        """Remove an allowlisted directory and the regular files in it."""
+        """Remove an allowlisted directory and everything in it, as `os.RemoveAll` does for
+        the MCD: files and links are unlinked, never followed; subdirectories go the same way."""
         self._check_allowed(path)
         for name in self.list_dir(path):
-            self.delete(f"{path}/{name}")
+            child = f"{path}/{name}"
+            facts = self.inspect_kind(child)
+            if facts is not None and stat.S_ISDIR(facts):
+                self.remove_dir(child)
+            else:
+                self.delete(child)
         try:
             with (
                 _io_errors("remove", path, absent_ok=True),
@@ -379,8 +420,9 @@ class RootedFiles:
         except FileNotFoundError:
             return
 
-    def set_password_hash(self, user: str, password_hash: str) -> None:
-        """Replace the hash field of `user` in /etc/shadow, as `usermod -p` does."""
+    def set_password_hash(self, user: str, password_hash: str) -> bool:
+        """Replace the hash field of `user` in /etc/shadow, as `usermod -p` does; False, with
+        nothing written, when it is that hash already."""
         if any(c in password_hash for c in ":\n\0"):
             raise HostError(
                 "refusing a password hash containing ':', a newline or a NUL", kind="input"
@@ -412,7 +454,7 @@ class RootedFiles:
         ):
             info = os.stat(entry, dir_fd=dirfd, follow_symlinks=False)
         text = b"\n".join(lines)
-        self.write(
+        return self.write(
             "/etc/shadow",
             text if text.endswith(b"\n") else text + b"\n",
             mode=stat.S_IMODE(info.st_mode),

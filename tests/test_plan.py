@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.core.plan import plan_update
+from agent.core.plan import LiveStep, Plan, live_summary, plan_update
 from agent.core.policy import (
     BUILTIN_POLICY,
     USER_CA_BUNDLE,
@@ -420,3 +420,22 @@ def test_plan_json_contract_shape() -> None:
     assert set(body) >= {"verdict", "reboot", "drain", "target_image", "live", "image_changes",
                          "reasons"}  # fmt: skip
     assert body["live"] == [{"path": SSH, "action": "write", "then": []}]
+
+
+# -- the plan's log lines --------------------------------------------------------------------
+def test_the_summary_counts_live_files_and_never_cuts_the_list() -> None:
+    steps = tuple(LiveStep(path=f"/etc/f{i}", action="write") for i in range(5))
+    reasons = ("OS image changes from a to b", "live: write /etc/f0")
+    target = "quay.example/os@sha256:" + "1" * 64
+    image = Plan("image", reboot=True, target_image=target, live=steps, reasons=reasons)
+    assert image.summary() == "OS image changes from a to b; 5 live file(s) to bring to the config"
+    # The one that changed is named, wherever it is in the plan; the rest are counted.
+    assert live_summary(image, [steps[4]]) == (
+        "applied 1 live change(s): write /etc/f4; 4 already as desired; next: stage "
+        f"{image.target_image}, then reboot into it"
+    )
+    live = Plan("live", live=steps[:2])
+    assert live_summary(live, []) == "live files already as desired (2): nothing written; no reboot"
+    assert live_summary(Plan("revert", live=steps[:1]), steps[:1]) == (
+        "applied 1 live change(s): write /etc/f0"
+    )

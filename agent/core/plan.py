@@ -130,7 +130,7 @@ def live_summary(plan: Plan, changed: Iterable[LiveStep]) -> str:
     else:
         text = f"live files already as desired ({unchanged}): nothing written"
     if plan.verdict == "image":
-        return f"{text}; next: stage {plan.target_image}, then drain and reboot"
+        return f"{text}; next: stage {plan.target_image}, then reboot into it"
     if plan.verdict == "live":
         return f"{text}; no reboot"
     return text

@@ -21,16 +21,30 @@ Strategies, i.e. when a node pulls:
   bounds how many pull at once.
 - `bounded`: K lanes (default K = m). Lane j serves ranks j, j+K, j+2K, ... in that order and is
   held by one node at a time. A node pre-pulls (before its turn) only while holding its lane
-  (rank mod K), which it takes when the lane is free and every lower rank of the lane has passed
-  (finished its pull, pre-pulled or at its turn), and releases when its pull ends. At its turn a
-  node that has not pulled and is not pulling takes its lane if free (whatever the order) and
+  (rank mod K), which it takes when the lane is free and every lower rank of the lane is
+  through: pulled, or picked while another node held the lane (its turn came: it left the
+  queue, whether or not its pull is over). It releases the lane when its pull ends. At its turn
+  a node that has not pulled and is not pulling takes its lane if free (whatever the order) and
   otherwise pulls without one: a turn never waits (counted in `oversubscribed`). A pre-pull
   starts `lease_delay` seconds after its node takes the lane (the lease's round trip); a turn
   pull starts at once.
+- `naive` (not in the tables; the tie check compares it): the lanes as the agents ran them
+  before they followed the picks. A lane recorded only the highest rank through (`passed`, a
+  high-water mark, raised by every pull that ended, a turn's included), and a node took the
+  free lane once that mark reached the rank before it in its lane. A node picked out of order
+  raised the mark past ranks still waiting, and they all raced for the lane (the first write
+  wins: drawn from `seed` here), so a later rank could pre-pull before an earlier one.
+
+The ranks are the agents' prediction of the controller's order. Nodes created in the same
+second tie in the controller's sort (Go's sort.Slice is not stable, and it sorts a cache's
+listing), so the name that breaks the tie is a guess: `picks` is the order the controller
+actually takes them in (default: the ranks'). `--check` includes such a tie case (TIE_CASE):
+`naive` loses time to it and `bounded` does not.
 
 Printed: per N, m and strategy the rollout, its ratio to `lower_bound`, the first node's pull,
 and the most concurrent pulls and pre-pulls. `--check` holds `bounded` to its targets (rollout
-within 5 % of the lower bound, first pull no later than `off`'s, at most K concurrent pulls);
+within 5 % of the lower bound, first pull no later than `off`'s, at most K concurrent pulls,
+and no time lost to TIE_CASE's tie, which `naive` loses);
 `--plot PATH` draws the registry's load over time and the rollout ratio against N (matplotlib:
 `pip install -e '.[bench]'`). Units: bytes, bytes/s, seconds; GB and MB are 10^9 and 10^6 bytes.
 """
@@ -48,6 +62,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 STRATEGIES = ("off", "today", "bounded")
+LANE_STRATEGIES = ("bounded", "naive")  # simulate() also takes "naive"
 
 # The defaults: a 1.5 GB image, a registry serving 1 GB/s, 1 Gbit/s node links (125 MB/s), and
 # five minutes of drain + reboot per node.
@@ -79,6 +94,8 @@ class Fleet:
     # "today": each rank's delay before its pre-pull, instead of drawing them from `seed` (a
     # measured run's own draws, to compare that one run; inf: its turn came first)
     delays: tuple[float, ...] | None = None
+    # The order the controller picks the ranks in (a permutation of 0..N-1); None: the ranks'.
+    picks: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.max_unavailable < 1:
@@ -93,6 +110,8 @@ class Fleet:
             len(self.delays) != self.nodes or min(self.delays, default=0.0) < 0
         ):
             raise ValueError("delays: one per node, each >= 0")
+        if self.picks is not None and sorted(self.picks) != list(range(self.nodes)):
+            raise ValueError("picks: a permutation of the ranks 0..nodes-1")
 
     @property
     def lanes(self) -> int:
@@ -129,12 +148,15 @@ def lower_bound(fleet: Fleet) -> float:
 
 
 def simulate(fleet: Fleet, strategy: str) -> Outcome:
-    """Run one rollout of `fleet` under `strategy` (one of STRATEGIES) to its last Done."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    """Run one rollout of `fleet` under `strategy` (one of STRATEGIES, or "naive") to its
+    last Done."""
+    if strategy not in (*STRATEGIES, *LANE_STRATEGIES):
+        raise ValueError(f"strategy must be one of {STRATEGIES} or 'naive', not {strategy!r}")
     n_nodes, m = fleet.nodes, fleet.max_unavailable
     size, link, registry = fleet.image_bytes, fleet.link_bps, fleet.registry_bps
-    bounded = strategy == "bounded"
+    bounded = strategy in LANE_STRATEGIES
+    follow = strategy == "bounded"  # a picked node leaves its lane's queue
+    picks = list(fleet.picks) if fleet.picks is not None else list(range(n_nodes))
     k = fleet.lanes
 
     state = [_NONE] * n_nodes
@@ -156,11 +178,13 @@ def simulate(fleet: Fleet, strategy: str) -> Outcome:
     series: list[tuple[float, float]] = []
     events: list[tuple[float, int, int, int]] = []  # (time, push order, kind, rank)
     order = 0
-    next_rank = min(m, n_nodes)
+    next_pick = min(m, n_nodes)  # index into `picks` of the controller's next pick
     n_done = 0
     # bounded: lane j's holder (or -1), and the lowest rank of the lane that may still need a pull.
     holder = [-1] * k
     lane_next = list(range(k))
+    mark = [-1] * k  # naive: each lane's high-water mark
+    race = random.Random(fleet.seed)  # naive: who wins a lane several nodes may take
 
     def push(at: float, kind: int, rank: int) -> None:
         nonlocal order
@@ -176,16 +200,23 @@ def simulate(fleet: Fleet, strategy: str) -> Outcome:
             n_pre += 1
 
     def advance_lane(lane: int) -> None:
-        # A free lane goes to its lowest rank that has not passed, if that rank still needs
-        # a pull; if that rank is pulling without the lane (at its turn), the lane waits for it.
+        # A free lane goes to its lowest rank that is not through: pulled, or picked (its turn
+        # came: it pulls at its turn, out of the queue, and holds nobody up).
         if holder[lane] >= 0:
             return
-        rank = lane_next[lane]
-        while rank < n_nodes and state[rank] == _PULLED:
-            rank += k
-        lane_next[lane] = rank
-        if rank >= n_nodes or state[rank] != _NONE:
-            return
+        if follow:
+            rank = lane_next[lane]
+            while rank < n_nodes and (state[rank] == _PULLED or picked[rank]):
+                rank += k
+            lane_next[lane] = rank
+            if rank >= n_nodes:
+                return
+        else:  # naive: every waiting rank whose lane predecessor is within the mark races
+            ready = [r for r in range(lane, n_nodes, k) if state[r] == _NONE
+                     and not picked[r] and r - k <= mark[lane]]  # fmt: skip
+            if not ready:
+                return
+            rank = ready[0] if len(ready) == 1 else race.choice(ready)
         holder[lane] = rank
         if fleet.lease_delay > 0:
             push(t + fleet.lease_delay, _START, rank)
@@ -222,12 +253,13 @@ def simulate(fleet: Fleet, strategy: str) -> Outcome:
             push(t + fleet.disruption, _DONE, rank)
         if bounded:
             lane = rank % k
+            mark[lane] = max(mark[lane], rank)
             if holder[lane] == rank:
                 holder[lane] = -1
-            # Also after a lane-less pull: the lane may have been waiting for this rank to pass.
+            # Also after a lane-less pull (naive: the mark moved).
             advance_lane(lane)
 
-    for rank in range(next_rank):
+    for rank in picks[:next_pick]:
         push(fleet.pick_delay, _PICK, rank)
     if strategy == "today":
         rng = random.Random(fleet.seed)
@@ -272,9 +304,9 @@ def simulate(fleet: Fleet, strategy: str) -> Outcome:
         elif kind == _DONE:
             done[rank] = t
             n_done += 1
-            if next_rank < n_nodes:
-                push(t + fleet.pick_delay, _PICK, next_rank)
-                next_rank += 1
+            if next_pick < n_nodes:
+                push(t + fleet.pick_delay, _PICK, picks[next_pick])
+                next_pick += 1
         elif state[rank] == _NONE:  # _START: a jittered or leased pre-pull, unless its turn came
             start_pull(rank)
     if series and series[-1][1] != 0.0:
@@ -378,6 +410,33 @@ def check(rows: list[Row]) -> list[tuple[str, bool]]:
             ),
         ]
     return results
+
+
+# The tie: a 13-Node pool (m = K = 1) whose first five Nodes came from one MachineSet scale-up,
+# created in the same second: the agents guess their order by name (ranks 0-4), the controller
+# picks them 4, 2, 3, 1, 0 (its sort is not stable), then the rest in order. The pull and turn
+# are bench/fleet_rollout.py's (S = 128 MiB, S/b = 3 s, B = 2b, D = 6.2 s, the D its off runs
+# measured), the size of the held-out rollout that lost time to a tie (86 s).
+TIE_IMAGE = 128 * 2**20
+TIE_CASE = Fleet(nodes=13, max_unavailable=1, image_bytes=TIE_IMAGE, registry_bps=2 * TIE_IMAGE / 3,
+                 link_bps=TIE_IMAGE / 3, disruption=6.2,
+                 picks=(4, 2, 3, 1, 0, *range(5, 13)))  # fmt: skip
+TIE_DRAWS = 10  # naive: the lane races drawn from seeds 0..9
+
+
+def tie_check(case: Fleet = TIE_CASE, draws: int = TIE_DRAWS) -> list[tuple[str, bool]]:
+    """Following the picks loses no time to the tie (the rollout is the one with no tie); the
+    naive lanes do (their mean over the races' draws is later)."""
+    follow = simulate(case, "bounded").rollout
+    untied = simulate(replace(case, picks=None), "bounded").rollout
+    naive = [simulate(replace(case, seed=s), "naive").rollout for s in range(draws)]
+    mean = statistics.fmean(naive)
+    return [
+        (f"tie (picks {list(case.picks or ())[:5]}...): bounded, following the picks, "
+         f"{follow:.1f} s <= {untied:.1f} s with no tie", follow <= untied + 1e-6),
+        (f"tie: naive lanes lose time: {mean:.1f} s mean of {draws} races (worst "
+         f"{max(naive):.1f} s) > bounded's {follow:.1f} s", mean > follow + 0.5),
+    ]  # fmt: skip
 
 
 def plot(path: str, base: Fleet, nodes: list[int], seeds: int) -> None:
@@ -515,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     if args.check:
         failed = []
-        for text, ok in check(rows):
+        for text, ok in check(rows) + tie_check():
             print(f"{'PASS' if ok else 'FAIL'}  {text}")
             if not ok:
                 failed.append(text)

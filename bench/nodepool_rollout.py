@@ -7,10 +7,19 @@ kubectl and hypershift-inplace), otherwise by their stand-ins on the project's l
 server (tests/scenarios/hypershift_standin.py). For each pull time P and each mode: a fresh
 NodePool of N Nodes, maxUnavailable 1, one simulated host and one real agent process per Node
 (restarted after each simulated reboot, as systemd would); each host's pull of the new image
-takes P seconds. The figure is the seconds from the new target (hcp-target) to the MachineSet's
-current config version = that target. Also printed: each Node's window (desiredConfig →
-Done), the most Nodes selected at once, the bytes each Node's turn fetched, and the API
-requests per agent."""
+takes P seconds, however many pull at once (no shared registry). The figure is the seconds from
+the new target (hcp-target) to the MachineSet's current config version = that target. Also
+printed: each Node's window (desiredConfig → Done), the most Nodes selected at once, the bytes
+each Node's turn fetched, the API requests per agent, and whether the pre-pulls were bounded
+(no PrestageUnbounded Event).
+
+The agents run with their default flags plus `--prestage MODE`: bounded pre-pulls, one lane
+(`--prestage-slots auto`), in the upgrader's order. On the stand-ins the NodePool's nodes get
+deploy/hypershift/rbac.yaml as the operations guide applies it; the kit's `hcp-up` grants the
+upgrade ConfigMap only, so on the real upgrader the agents fall back to the jitter (the Events
+say so). `--jitter J` and `--slots K` pass `--prestage-jitter J` and `--prestage-slots K`;
+`--reboot R` keeps each simulated reboot down R seconds before the agent starts again (default
+0: a turn's drain and reboot then take about a second, far less than a real one)."""
 
 from __future__ import annotations
 
@@ -26,7 +35,7 @@ from agent.demo.objects import machine_config
 from tests.conformance import peers
 from tests.conformance.hypershift import KitHosted
 from tests.conformance.kit import Kit, KitMissing, locate_kit, prepare
-from tests.scenarios.hostedpool import HostedBackend, HostedPool, StandInHosted
+from tests.scenarios.hostedpool import HYPERSHIFT_RBAC, HostedBackend, HostedPool, StandInHosted
 from tests.simhost import IMAGE
 
 P = "machineconfiguration.openshift.io/"
@@ -41,6 +50,7 @@ class Run:
     most_selected: int
     turn_bytes: dict[str, list[int]]  # node -> bytes each stage at its turn fetched
     requests: dict[str, tuple[int, int]]  # node -> (reads, writes) over its process lives
+    unbounded: int | None  # PrestageUnbounded Events (None: not read, on the kit)
 
 
 def progress(text: str) -> None:
@@ -59,12 +69,17 @@ def find_real_upgrader(choice: str, folder: Path) -> tuple[Kit | None, str]:
 
 
 async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode: str,
-                      jitter: float) -> Run:  # fmt: skip
+                      jitter: float | None, slots: str | None = None,
+                      reboot: float = 0.0) -> Run:  # fmt: skip
     backend: HostedBackend = KitHosted(kit, base / "cluster") if kit else StandInHosted(
-        base / "cluster")  # fmt: skip
-    args = ["--prestage", mode, "--prestage-jitter", str(jitter)]
+        base / "cluster", rbac=HYPERSHIFT_RBAC)  # fmt: skip
+    args = ["--prestage", mode]
+    if jitter is not None:
+        args += ["--prestage-jitter", f"{jitter:g}"]
+    if slots is not None:
+        args += ["--prestage-slots", slots]
     pool = await HostedPool.create(base, nodes=nodes, agent_args=args, logs=True,
-                                   backend=backend)  # fmt: skip
+                                   backend=backend, reboot_seconds=reboot)  # fmt: skip
     try:
         image = ""
         for node in pool.nodes.values():  # the same manifest on every host: the same digest
@@ -95,7 +110,11 @@ async def one_rollout(kit: Kit | None, base: Path, nodes: int, pull: float, mode
         turn_bytes = {}
         for name, node in pool.nodes.items():  # the turn is the digest's last stage
             turn_bytes[name] = [stages[-1][0]] if (stages := node.sim.stages(digest)) else []
-        return Run(pull, mode, seconds, windows, most, turn_bytes, requests)
+        unbounded = None
+        if isinstance(backend, StandInHosted):
+            unbounded = sum(1 for e in backend.kube.list("events")
+                            if e.get("reason") == "PrestageUnbounded")  # fmt: skip
+        return Run(pull, mode, seconds, windows, most, turn_bytes, requests, unbounded)
     finally:
         await pool.close()
 
@@ -110,12 +129,13 @@ def report(run: Run) -> None:
           f"windows median {statistics.median(windows):5.1f} s (min {windows[0]:.1f}, max "
           f"{windows[-1]:.1f})  most selected {run.most_selected}  bytes fetched at the turns "
           f"{fetched} ({zero} of {len(run.turn_bytes)} Nodes fetched nothing)  API per agent: "
-          f"reads {min(reads)}-{max(reads)}, writes {min(writes)}-{max(writes)}",
+          f"reads {min(reads)}-{max(reads)}, writes {min(writes)}-{max(writes)}  "
+          f"PrestageUnbounded Events {'-' if run.unbounded is None else run.unbounded}",
           flush=True)  # fmt: skip
 
 
-async def main(nodes: int, pulls: list[float], jitter: float, controller: str,
-               repeat: int) -> int:  # fmt: skip
+async def main(nodes: int, pulls: list[float], jitter: float | None, controller: str,
+               repeat: int, slots: str | None = None, reboot: float = 0.0) -> int:  # fmt: skip
     kit, why = find_real_upgrader(controller, Path(tempfile.mkdtemp(prefix="bench-peers-")))
     if kit is None and controller == "real":
         print(f"rollout: not run: {why}", file=sys.stderr)
@@ -123,15 +143,23 @@ async def main(nodes: int, pulls: list[float], jitter: float, controller: str,
     used = (KitHosted if kit else StandInHosted).controller
     where = "the kit's kube-apiserver" if kit else f"the loopback API server ({why})"
     print(f"controller: {used}, on {where}", flush=True)
+    flags = " ".join([*([f"--prestage-jitter {jitter:g}"] if jitter is not None else []),
+                      *([f"--prestage-slots {slots}"] if slots else [])]) or "defaults"  # fmt: skip
+    print(f"agents: --prestage pool|off, other pre-stage flags: {flags}; reboots {reboot:g} s",
+          flush=True)  # fmt: skip
     for pull in pulls:
         runs: dict[str, list[Run]] = {"pool": [], "off": []}
         for k in range(repeat):  # interleaved: a slower stretch weighs on both alike
             for mode in ("pool", "off"):
                 base = Path(tempfile.mkdtemp(prefix=f"bench-nodepool-{mode}-{k}-"))
-                runs[mode].append(await one_rollout(kit, base, nodes, pull, mode, jitter))
+                runs[mode].append(await one_rollout(kit, base, nodes, pull, mode, jitter,
+                                                    slots, reboot))  # fmt: skip
                 report(runs[mode][-1])
         pool = statistics.median(r.seconds for r in runs["pool"])
         off = statistics.median(r.seconds for r in runs["off"])
+        ratios = sorted(o.seconds / p.seconds for o, p in zip(runs["off"], runs["pool"],
+                                                               strict=True))  # fmt: skip
         print(f"P={pull:g} s  N={nodes}  maxUnavailable 1  medians of {repeat}: off {off:.1f} s, "
-              f"pool {pool:.1f} s, off/pool = {off / pool:.2f}", flush=True)  # fmt: skip
+              f"pool {pool:.1f} s, off/pool = {off / pool:.2f} (each pair: "
+              f"{', '.join(f'{r:.2f}' for r in ratios)})", flush=True)  # fmt: skip
     return 0

@@ -3,10 +3,13 @@ without it (`--prestage off`), in one run; or, with `--bootc`, pre-staged on eac
 
     python bench/rollout.py [--nodes 6] [--pull 20 ...] [--controller auto|real|standin]
     python bench/rollout.py --bootc 1.12.0 --bootc 1.16.9 --bootc 1.16.10 [--repeat 3]
-    python bench/rollout.py --hypershift [--nodes 6] [--pull 20] [--repeat 3]
+    python bench/rollout.py --hypershift [--nodes 6] [--pull 20] [--repeat 3] [--jitter J]
+                            [--slots K] [--reboot R]
 
 `--hypershift`: a hosted cluster's InPlace NodePool instead of a pool, on HyperShift's in-place
-upgrader (bench/nodepool_rollout.py says how).
+upgrader (bench/nodepool_rollout.py says how), its agents at their default pre-stage flags
+unless `--jitter` or `--slots` is given; `--reboot R`: each simulated reboot keeps its node
+down R s.
 
 The pool is driven by the real machine-config-controller on the kit's kube-apiserver when the
 peer binaries were supplied (KIT_BIN with kube-apiserver, etcd, kubectl and
@@ -211,6 +214,7 @@ async def per_release(kit: Kit | None, nodes: int, pull: float, jitter: float,
 
 async def main(nodes: int, pulls: list[float], jitter: float, controller: str,
                releases: list[str], repeat: int) -> int:  # fmt: skip
+    """The pools' runs (not --hypershift): their agents pre-stage unbounded, after `jitter`."""
     kit, why = find_real_controller(controller, Path(tempfile.mkdtemp(prefix="bench-peers-")))
     if kit is None and controller == "real":
         print(f"rollout: not run: {why}", file=sys.stderr)
@@ -250,8 +254,14 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=6)
     parser.add_argument("--pull", type=float, action="append",
                         help="seconds each host's pull takes (repeatable; default 20)")  # fmt: skip
-    parser.add_argument("--jitter", type=float, default=10.0,
-                        help="--prestage-jitter of the agents (seconds)")  # fmt: skip
+    parser.add_argument("--jitter", type=float,
+                        help="--prestage-jitter of the agents (seconds; default 10 for a pool, "
+                        "the agent's own for --hypershift)")  # fmt: skip
+    parser.add_argument("--slots", help="--hypershift: --prestage-slots of the agents "
+                        "(default: the agent's own, auto)")  # fmt: skip
+    parser.add_argument("--reboot", type=float, default=0.0,
+                        help="--hypershift: seconds a simulated reboot keeps its node "
+                        "down")  # fmt: skip
     parser.add_argument("--controller", choices=("auto", "real", "standin"), default="auto",
                         help="auto: the real one when its binaries were supplied")  # fmt: skip
     parser.add_argument("--bootc", action="append", choices=PERSONAS,
@@ -278,9 +288,12 @@ if __name__ == "__main__":
                     options.jitter,
                     options.controller,
                     max(1, options.repeat),
+                    options.slots,
+                    options.reboot,
                 )
             )
         )
-    sys.exit(asyncio.run(main(options.nodes, options.pull or [20.0], options.jitter,
+    jitter = 10.0 if options.jitter is None else options.jitter
+    sys.exit(asyncio.run(main(options.nodes, options.pull or [20.0], jitter,
                               options.controller, options.bootc or [],
                               max(1, options.repeat))))  # fmt: skip

@@ -72,29 +72,3 @@ class World:
     def read(self, path: str) -> bytes | None:
         target = self.sim.root / path.lstrip("/")
         return target.read_bytes() if target.exists() else None
-
-
-def host_tree(root: Path, *, skip: tuple[str, ...] = ("var/lib/image-mode-agent",)) -> dict:
-    """Every path under a host root with what a write would move: inode, mtime, mode, owner
-    and a file's bytes or a link's target. Two trees compare equal when nothing was written
-    (an atomic write replaces the inode; a chmod or chown moves the ctime)."""
-    tree = {}
-    for path in sorted(root.rglob("*")):
-        name = path.relative_to(root).as_posix()
-        if any(name == s or name.startswith(s + "/") for s in skip):
-            continue
-        info = path.lstat()
-        if path.is_dir() and not path.is_symlink():
-            # A directory's times move with any entry renamed into it: its own mode and owner
-            # are what a write to it would change.
-            tree[name] = (info.st_mode, info.st_uid, info.st_gid)
-            continue
-        value = str(path.readlink()) if path.is_symlink() else path.read_bytes()
-        tree[name] = (info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_mode,
-                      info.st_uid, info.st_gid, value)  # fmt: skip
-    return tree
-
-
-def written(before: dict, after: dict) -> list[str]:
-    """The paths `host_tree` saw created, changed or removed between two snapshots."""
-    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

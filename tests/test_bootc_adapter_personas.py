@@ -224,10 +224,18 @@ async def test_a_soft_reboot_is_prepared_only_where_the_release_can(
     asked = await bootc.unlock_staged(soft=True)
     has = features_of(version)
     unlocks = host.verb_calls("upgrade")
-    if {"upgrade-from-downloaded", "soft-reboot"} <= has:
+    prepares = {"upgrade-from-downloaded", "soft-reboot"} <= has
+    assert (await bootc.capabilities()).soft_reboot_at_turn is prepares  # the engine's test
+    if prepares:
         assert asked and unlocks == [["upgrade", "--from-downloaded", "--soft-reboot", "auto"]]
-    else:  # 1.6: no --soft-reboot, nothing locked: nothing to ask
+    else:  # 1.6: no --soft-reboot; 1.7-1.11: no --from-downloaded; nothing locked: nothing asked
         assert not asked and unlocks == []
+    # A soft reboot now enters D2 only where bootc prepared it; elsewhere systemd would restart
+    # userspace into D1 again, which is why the engine reboots fully there.
+    host.bootc("internals", "standin-reboot", "--soft")
+    state = json.loads((host.state / "host.json").read_text())
+    assert (state["booted"]["digest"], state["lastBoot"]) == (
+        (D2, "soft") if prepares else (D1, "soft-same-root"))  # fmt: skip
 
 
 async def test_a_manifest_lists_digest_is_not_pre_pulled(tmp_path: Path) -> None:

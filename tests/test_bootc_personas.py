@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.follow.agent import HELD
-from agent.model.bootc_caps import REPO, prestage_path
+from agent.model.bootc_caps import REPO, Capabilities, prestage_path
 from agent.model.bootc_releases import PERSONAS, features_of
 from agent.model.imageref import parse_image_ref
 from agent.model.sigpolicy import POLICY_PATH
@@ -211,23 +211,62 @@ async def test_a_bad_image_is_rolled_back(tmp_path: Path, version: str) -> None:
     assert world.booted() == world.digest("v1") and world.reboots() == 2
 
 
+def prepares_soft_reboots(version: str) -> bool:
+    """Whether the agent's turn on `version` has bootc prepare a soft reboot: `upgrade
+    --from-downloaded --soft-reboot auto` (1.12 on). 1.6 has no `--soft-reboot`; 1.7-1.11 have
+    it but nothing at the turn to prepare with (`--soft-reboot` from v1.7.0, `upgrade
+    --from-downloaded` from v1.12.0:
+    https://github.com/bootc-dev/bootc/blob/v1.12.0/crates/lib/src/cli.rs#L986-L1003)."""
+    return {"soft-reboot", "upgrade-from-downloaded", "status-soft-reboot-capable"} <= (
+        features_of(version)
+    )
+
+
 @EVERY
-async def test_a_soft_reboot_only_where_the_release_prepares_one(
+async def test_a_soft_reboot_capable_update_reboots_once_soft_only_where_bootc_prepares_it(
     tmp_path: Path, version: str
 ) -> None:
+    """One reboot, into the target, on every release: soft where bootc prepared it, full
+    elsewhere. The simulated host enters the staged deployment on a soft reboot only where
+    bootc prepared /run/nextroot, so a soft reboot asked for in vain would leave the node on
+    its old image here (the test below)."""
     world = world_on(tmp_path, version)
     soft = world.sim.add_image(f"{IMAGE}:soft", {"usr/lib/app/healthy": "yes"},
                                soft_reboot_capable=True)  # fmt: skip
     world.images["soft"] = soft
     assert (await world.converge(world.desired("rendered-1", "v1"))).state == DONE
+    system = world.engine().host.system
+    boot_id, soft_reboots = await system.boot_id(), await system.soft_reboots_count()
     outcome = await world.converge(world.desired("rendered-2", "soft"), soft_reboot=True)
-    assert outcome.state == DONE and world.booted() == soft.split("@")[1]
+    assert (outcome.state, world.booted(), world.reboots()) == (DONE, soft.split("@")[1], 1)
+    prepared = prepares_soft_reboots(version)
     reboots = [a["detail"] for a in world.sim.actions() if a["kind"] == "reboot"]
-    has = features_of(version)
-    if {"soft-reboot", "upgrade-from-downloaded", "status-soft-reboot-capable"} <= has:
-        assert reboots == ["soft-reboot"]
-    else:
-        assert reboots == ["reboot"]
+    assert reboots == ["soft-reboot" if prepared else "reboot"]
+    assert (await system.boot_id() == boot_id) is prepared
+    assert await system.soft_reboots_count() == soft_reboots + prepared
+    asked = ["upgrade --from-downloaded --soft-reboot auto"] if prepared else []
+    assert bootc_actions(world.sim, "upgrade --from-downloaded") == asked
+    unavailable = any("soft reboot unavailable" in event for event in world.events)
+    assert unavailable is ("soft-reboot" in features_of(version) and not prepared)
+
+
+async def test_a_soft_reboot_bootc_did_not_prepare_leaves_the_node_on_its_old_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the agent must not do on 1.7-1.11, and what the simulated host now shows: asked for
+    anyway, a soft reboot restarts userspace into the same deployment (bootc prepared nothing),
+    the update ends Degraded on the old image, and only a second, full reboot would boot it."""
+    monkeypatch.setattr(Capabilities, "soft_reboot_at_turn",
+                        property(lambda caps: caps.soft_reboot))  # fmt: skip
+    world = world_on(tmp_path, "1.11.0")
+    soft = world.sim.add_image(f"{IMAGE}:soft", {"usr/lib/app/healthy": "yes"},
+                               soft_reboot_capable=True)  # fmt: skip
+    assert (await world.converge(world.desired("rendered-1", "v1"))).state == DONE
+    outcome = await world.converge(world.desired("rendered-2", soft), soft_reboot=True)
+    assert outcome.state == DEGRADED and "instead of the target" in outcome.reason
+    assert world.booted() == world.digest("v1") and world.reboots() == 1
+    staged = world.sim.status_document()["status"]["staged"]
+    assert staged["image"]["imageDigest"] == soft.split("@")[1]  # still staged, for a full one
 
 
 @EVERY

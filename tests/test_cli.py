@@ -339,3 +339,21 @@ def test_sim_images_signed_by_a_key_and_the_policy_that_asks(tmp_path: Path, hos
 def test_prestage_bound_flags_refuse_bad_values(flag: str, value: str, words: str) -> None:
     done = agent("run", "--source", "kube", "--host", "simulated:/nonexistent", flag, value)
     assert done.returncode == 2 and flag in done.stderr and words in done.stderr
+
+
+def test_run_help_says_what_each_mode_does_with_its_prestage() -> None:
+    """`run --help` states the pre-pull bound truthfully for both modes: bounded lanes by
+    default (a pool's maxUnavailable; 1 on a NodePool, whose maxUnavailable a node cannot read),
+    and the jitter only where there is no bound (unbounded, or refused by RBAC)."""
+    done = agent("run", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())  # argparse wraps the help text
+    assert "through Lease lanes in the order the controller (the upgrader) picks the Nodes" in text
+    assert "auto (default) = the pool's maxUnavailable; with --source hypershift 1" in text
+    jitter = (
+        "unbounded pre-pulls only (--prestage-slots unbounded, or, in either mode, the "
+        "fallback when RBAC refuses the lanes, said by a PrestageUnbounded Event)"
+    )
+    assert jitter in text
+    assert "with --prestage-slots unbounded only" not in text  # what it said before: untrue
+    assert "with --source hypershift they are in the upgrade namespace" in text

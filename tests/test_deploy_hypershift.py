@@ -4,7 +4,9 @@ on the loopback API server (agent/demo/fakekube):
 
 * rbac.yaml, as the RBAC authorizer reads it (fakekube's rules_for_user, Group subject
   included): the kubelet's identity lists and watches the NodePool's upgrade ConfigMap with the
-  agent's own client and selector, and reads no other ConfigMap;
+  agent's own client and selector, and reads no other ConfigMap; it uses the pre-pull lanes'
+  Leases in the upgrade namespace (create any, read and update the lanes only, delete none) and
+  lists the Nodes (no get, no watch of another Node);
 * admission.yaml: the machine-config-daemon pod the upgrader would start is refused with the
   policy's message; other pods there, and MCD pods elsewhere, are admitted; deleting the
   binding brings the MCD pod back;
@@ -97,11 +99,31 @@ def test_manifests_parse_and_say_what_they_are_for() -> None:
         assert "NODEPOOL" in header, f"{name}: does not say to replace NODEPOOL"
         for doc in _docs(name):
             assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], name
-    # One Role + RoleBinding for one NodePool's namespace, for every node's kubelet.
-    role, binding = _docs("rbac.yaml")
-    assert (role["kind"], binding["kind"]) == ("Role", "RoleBinding")
-    for doc in (role, binding):
+    # Two Roles + RoleBindings for one NodePool's namespace and one ClusterRole +
+    # ClusterRoleBinding, for every node's kubelet.
+    role, binding, prepull, prepull_binding, order, order_binding = _docs("rbac.yaml")
+    assert [d["kind"] for d in (role, binding, prepull, prepull_binding, order, order_binding)] \
+        == ["Role", "RoleBinding"] * 2 + ["ClusterRole", "ClusterRoleBinding"]  # fmt: skip
+    for doc in (role, binding, prepull, prepull_binding):
         assert doc["metadata"]["namespace"] == "NODEPOOL-upgrade"
+    assert prepull["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [f"image-mode-prepull-NODEPOOL-{k}" for k in range(10)],
+         "verbs": ["get", "list", "watch", "update"]},
+    ]  # fmt: skip
+    assert order["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    assert "NODEPOOL" not in str(order) + str(order_binding)  # one for every NodePool
+    for ref, bound in ((prepull, prepull_binding), (order, order_binding)):
+        kind, name = ref["kind"], ref["metadata"]["name"]
+        assert bound["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind,
+                                    "name": name}  # fmt: skip
+        assert bound["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                      "name": "system:nodes"}]  # fmt: skip
+    # Each says why, and what RBAC cannot narrow.
+    text = " ".join(line.lstrip("# ") for line in _text("rbac.yaml").splitlines())
+    assert "They cannot limit create" in text and "no delete" in text
+    assert "RBAC cannot narrow a list of Nodes" in text and "AuthorizeNodeWithSelectors" in text
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
                               "resourceNames": ["NODEPOOL-upgrade"],
                               "verbs": ["get", "list", "watch"]}]  # fmt: skip
@@ -135,10 +157,18 @@ def _node_rules() -> list[Rule]:
     return rules_for_user(_docs("rbac.yaml", NP), f"system:node:{NODE}", NODE_GROUPS)
 
 
-def test_rbac_grants_the_nodes_group_the_one_configmap() -> None:
+LANES = tuple(f"image-mode-prepull-{NP}-{k}" for k in range(10))
+
+
+def test_rbac_grants_the_nodes_group_the_configmap_the_lanes_and_a_node_list() -> None:
     names = (UPGRADE,)
-    assert _node_rules() == [Rule(verb, "", "configmaps", UPGRADE, names)
-                             for verb in ("get", "list", "watch")]  # fmt: skip
+    assert _node_rules() == [
+        *(Rule(verb, "", "configmaps", UPGRADE, names) for verb in ("get", "list", "watch")),
+        Rule("create", "coordination.k8s.io", "leases", UPGRADE),
+        *(Rule(verb, "coordination.k8s.io", "leases", UPGRADE, LANES)
+          for verb in ("get", "list", "watch", "update")),
+        Rule("list", "", "nodes"),
+    ]  # fmt: skip
     # Only through the group: a user outside system:nodes gets nothing from it.
     assert rules_for_user(_docs("rbac.yaml", NP), f"system:node:{NODE}",
                           ["system:authenticated"]) == []  # fmt: skip
@@ -194,6 +224,60 @@ async def test_node_identity_watches_its_upgrade_configmap_and_reads_no_other(
         status, answer = await call(kube, node, "GET", path)
         assert status == 403, (path, answer)
         assert f'User "system:node:{NODE}" cannot' in answer["message"], answer
+
+
+async def test_node_identity_uses_the_lanes_and_lists_nodes_and_nothing_more(
+    kube: FakeKube,
+) -> None:
+    """What the bounded pre-pulls need, as the loopback server enforces it for group
+    system:nodes: each request the agent makes is allowed, its neighbours are not."""
+    for ns in (UPGRADE, "other-upgrade"):
+        _namespace(kube, ns)
+    labels = {"hypershift.openshift.io/nodePool": NP}
+    for name in (NODE, f"{NP}-1"):
+        kube.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
+    node = kube.node_identity(NODE, _node_rules())
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{UPGRADE}/leases"
+
+    def lease(name: str) -> dict[str, Any]:
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": UPGRADE},
+                "spec": {"holderIdentity": NODE}}  # fmt: skip
+
+    lane = LANES[0]
+    assert (await call(kube, node, "POST", leases, lease(lane)))[0] == 201
+    status, body = await call(kube, node, "GET", f"{leases}/{lane}")
+    assert status == 200
+    assert (await call(kube, node, "PUT", f"{leases}/{lane}", body))[0] == 200
+    for query in (f"fieldSelector=metadata.name%3D{lane}",
+                  f"fieldSelector=metadata.name%3D{lane}&watch=1&timeoutSeconds=1"):  # fmt: skip
+        assert (await call(kube, node, "GET", f"{leases}?{query}"))[0] == 200, query
+    # The Nodes of the NodePool, as the agent lists them once per target.
+    selector = "labelSelector=hypershift.openshift.io%2FnodePool%3Dnp"
+    status, listed = await call(kube, node, "GET", f"/api/v1/nodes?resourceVersion=0&{selector}")
+    assert status == 200 and {n["metadata"]["name"] for n in listed["items"]} == {NODE, f"{NP}-1"}
+
+    # Create cannot be narrowed by name (any Lease of that namespace); nothing else is granted.
+    assert (await call(kube, node, "POST", leases, lease("any-name")))[0] == 201
+    refused = [
+        ("GET", f"{leases}/any-name"), ("PUT", f"{leases}/any-name"),
+        ("DELETE", f"{leases}/{lane}"), ("GET", leases),
+        ("GET", f"{leases}?fieldSelector=metadata.name%3Dany-name"),
+        ("GET", f"{leases}/image-mode-prepull-{NP}-10"),
+        ("POST", "/apis/coordination.k8s.io/v1/namespaces/other-upgrade/leases"),
+        ("GET", f"/api/v1/nodes/{NP}-1"), ("GET", "/api/v1/nodes?watch=1"),
+    ]  # fmt: skip
+    for method, path in refused:
+        body = lease("x") if method == "POST" else (kube.try_get("Lease", "any-name", UPGRADE)
+                                                    if method == "PUT" else None)  # fmt: skip
+        status, answer = await call(kube, node, method, path, body)
+        assert status == 403, (method, path, answer)
+    # Without the grant (the kit's ConfigMap Role only) the Node list is refused, as the agent
+    # finds out before it falls back to the jitter with a PrestageUnbounded Event.
+    bare = kube.node_identity(NODE, [Rule(v, "", "configmaps", namespace=UPGRADE)
+                                     for v in ("get", "list", "watch")])  # fmt: skip
+    status, answer = await call(kube, bare, "GET", "/api/v1/nodes")
+    assert status == 403 and "cannot read all nodes" in answer["message"], answer
 
 
 # -- admission.yaml: no MCD pod in the listed upgrade namespaces ------------------------------

@@ -276,3 +276,62 @@ async def test_rollback_reverts_the_live_part(world: World) -> None:
     assert outcome.state == DEGRADED
     assert world.read(SSH) == b"old\n"
     assert world.read(PULL) == world.read("/run/ostree/auth.json") == b"old-secret"
+
+
+# -- writes per update: only what changes ----------------------------------------------------
+async def test_each_update_writes_only_what_changes(world: World) -> None:
+    from agent.core.policy import USER_CA_BUNDLE
+    from tests.scenarios.mcd_node import changed, snapshot
+
+    live = [ign_file(PULL, '{"auths":{}}', mode=0o600), ign_file(USER_CA_BUNDLE, "CA\n")]
+    await settle(world, "rendered-1", "v1", keys=["k1"], files=live)
+    before, actions = snapshot(world.sim.root), len(world.sim.actions())
+
+    # Forced (every live file rewritten, as after adopting a config): only the key changed.
+    outcome = await world.engine().reconcile(
+        world.desired("rendered-2", "v1", keys=["k2"], files=live), force=True
+    )
+    assert outcome.state == DONE
+    assert changed(before, snapshot(world.sim.root)) == [
+        "var/home/core/.ssh/authorized_keys.d/ignition"
+    ]
+    # The unchanged CA bundle asks for no update-ca-trust and no crio restart.
+    assert world.sim.actions()[actions:] == []
+    assert list(world.events)[-2:] == [
+        f"applied 1 live change(s): write {SSH}; 3 already as desired; no reboot",
+        "update to rendered-2 committed",
+    ]
+
+    # An image update whose live files are all as desired writes none, and says what is next
+    # (forced again, so that every live file is planned).
+    before = snapshot(world.sim.root)
+    desired = world.desired("rendered-3", "v2", keys=["k2"], files=live)
+    assert (await world.engine().reconcile(desired, force=True)).state == REBOOTING
+    assert (await world.converge(desired)).state == DONE
+    assert world.booted() == world.digest("v2") and world.reboots() == 1
+    etc = [p for p in changed(before, snapshot(world.sim.root)) if p.startswith("etc/")]
+    assert etc == []
+    summary = next(e for e in world.events if e.startswith("live files already as desired"))
+    assert summary == (
+        "live files already as desired (4): nothing written; "
+        f"next: stage {world.images['v2']}, then reboot into it"
+    )
+
+
+async def test_a_resumed_live_update_runs_its_follow_ups(world: World) -> None:
+    from agent.core.policy import USER_CA_BUNDLE
+
+    await settle(world, "rendered-1", "v1")
+    desired = world.desired("rendered-2", "v1", files=[ign_file(USER_CA_BUNDLE, "CA\n")])
+
+    def killed_after_the_write(label: str) -> None:
+        if label == "did:live:0":
+            raise Killed(label)
+
+    with pytest.raises(Killed):
+        await world.engine(killed_after_the_write).reconcile(desired)
+    assert not any(a["kind"] == "unit" for a in world.sim.actions())
+    # The file is as wanted now, but the cut-off run never restarted anything.
+    assert (await world.converge(desired)).state == DONE
+    units = [a["detail"] for a in world.sim.actions() if a["kind"] == "unit"]
+    assert units == ["update-ca-trust", "restart crio.service"]

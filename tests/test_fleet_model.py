@@ -67,7 +67,8 @@ def test_no_strategy_beats_the_bound_and_every_byte_is_served_once(n: int, m: in
 def test_the_check_passes_on_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     assert fm.main(["--check", "--nodes", "10", "--nodes", "100", "--nodes", "1000"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("PASS") == 15 and "FAIL" not in printed
+    assert printed.count("PASS") == 15 + 2 and "FAIL" not in printed  # + the tie's two
+    assert "PASS  tie: naive lanes lose time" in printed
 
 
 def test_the_check_names_a_failed_target(capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,6 +217,31 @@ def test_registry_serves_each_node_one_image(strategy: str, n: int, m: int) -> N
     assert len(out.done) == n and all(math.isfinite(d) for d in out.done)
 
 
+def test_a_node_picked_while_queued_leaves_the_lane_to_the_next() -> None:
+    # One lane, 10-s pulls, 4-s turns; the controller picks rank 2 before rank 1. Rank 0 pulls
+    # at its turn [0, 10], Done 14; rank 1 pre-pulls [10, 20]; rank 2 is picked at 14 while
+    # queued and pulls at its turn [14, 24], Done 28; rank 1 Done 32; rank 3 picked at 32.
+    # Following the picks, rank 3 pre-pulls once rank 1 is through [20, 30]: Done 36. Naive,
+    # it waits for rank 2's pull to raise the mark [24, 34]: Done 38.
+    fleet = Fleet(4, 1, image_bytes=100, registry_bps=1000, link_bps=10, disruption=4,
+                  picks=(0, 2, 1, 3))  # fmt: skip
+    follow, naive = simulate(fleet, "bounded"), simulate(fleet, "naive")
+    assert follow.done == pytest.approx([14, 32, 28, 36])
+    assert naive.done == pytest.approx([14, 32, 28, 38])
+    assert follow.oversubscribed == naive.oversubscribed == 1  # rank 2's turn, lane-less
+
+
+def test_the_tie_costs_the_lanes_that_follow_the_picks_nothing() -> None:
+    """TIE_CASE (in --check): five Nodes of one MachineSet scale-up, picked 4, 2, 3, 1, 0 where
+    the names say 0-4. Following the picks the rollout is the one with no tie, at the lower
+    bound; the naive lanes' races put a later rank's pre-pull before an earlier turn."""
+    assert all(ok for _, ok in fm.tie_check()), fm.tie_check()
+    follow = simulate(fm.TIE_CASE, "bounded")
+    assert follow.rollout == pytest.approx(lower_bound(fm.TIE_CASE))
+    worst = max(simulate(replace(fm.TIE_CASE, seed=s), "naive").rollout for s in range(10))
+    assert worst >= follow.rollout + fm.TIE_IMAGE / fm.TIE_CASE.link_bps - 1e-6  # a pull lost
+
+
 def test_bad_input_is_refused() -> None:
     with pytest.raises(ValueError):
         simulate(defaults(3, 1), "eager")
@@ -223,6 +249,8 @@ def test_bad_input_is_refused() -> None:
         defaults(3, 0)
     with pytest.raises(ValueError):
         defaults(3, 1, slots=0)
+    with pytest.raises(ValueError, match="permutation"):
+        defaults(3, 1, picks=(0, 1, 1))
 
 
 # --- properties -------------------------------------------------------------------------------

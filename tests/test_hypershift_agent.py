@@ -342,6 +342,18 @@ async def test_refused_payload_is_degraded_never_unreconcilable_and_heals_with_t
     # The agent lifts its Degraded now and then so that the halted upgrader can publish a fix.
     await hosted.until(lambda a: a.get("state") == "Working", timeout=5)
     await hosted.until(lambda a: a.get("state") == "Degraded", timeout=5)
+    await hosted.until(lambda a: a.get("state") == "Working", timeout=5)
+    await hosted.until(lambda a: a.get("state") == "Degraded", timeout=5)
+    # Each lift is an Event of its own, which says why the Degraded cleared and comes back.
+    lifts = sorted(e["message"] for e in hosted.kube.list("events", "default")
+                   if e["reason"] == "RefusalLifted")  # fmt: skip
+    assert [m.split(":")[0] for m in lifts[:2]] == ["Lift 1", "Lift 2"]
+    assert lifts[0].startswith(
+        "Lift 1: Degraded lifted for 0.5 s so that the in-place upgrader, halted by the refused "
+        "target 0000ffff, can publish a new one; Degraded again after it unless the target "
+        "changes, and lifted again every 0.5 s (--refused-retry). Refused: NodePool config "
+        "0000ffff cannot be applied in place"
+    )
     states = {p.get(P + "state") for p in hosted.node_patches()}
     assert "Unreconcilable" not in states and hosted.reboots() == 0 and hosted.drains == []
     fixed = machine_config("x", image=hosted.images["v2"], keys=INITIAL_KEYS,

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.scenarios.hostedpool import StandInHosted
-from tests.scenarios.nodepool_rollouts import SCENARIOS
+from tests.scenarios.hostedpool import HYPERSHIFT_RBAC, StandInHosted
+from tests.scenarios.nodepool_rollouts import (
+    BOUNDED,
+    SCENARIOS,
+    prestage_unbounded_without_the_role,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -18,3 +22,14 @@ pytestmark = pytest.mark.asyncio
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
 async def test_nodepool_scenario_on_the_standins(scenario, tmp_path: Path) -> None:
     await scenario(StandInHosted(tmp_path / "cluster"), tmp_path)
+
+
+@pytest.mark.parametrize("scenario", BOUNDED, ids=[s.__name__ for s in BOUNDED])
+async def test_bounded_prepulls_with_the_shipped_rbac(scenario, tmp_path: Path) -> None:
+    """deploy/hypershift/rbac.yaml applied as the operations guide says, enforced by the
+    loopback server for group system:nodes (on top of the kit's ConfigMap grant)."""
+    await scenario(StandInHosted(tmp_path / "cluster", rbac=HYPERSHIFT_RBAC), tmp_path)
+
+
+async def test_without_the_prepull_role_the_prepulls_are_unbounded(tmp_path: Path) -> None:
+    await prestage_unbounded_without_the_role(StandInHosted(tmp_path / "cluster"), tmp_path)

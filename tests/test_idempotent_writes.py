@@ -16,7 +16,7 @@ from agent.demo.loopback import Cluster, make_host
 from agent.demo.objects import machine_config
 from tests.builders import ign_file
 from tests.scenarios.harness import until
-from tests.simhost import host_tree, written
+from tests.scenarios.mcd_node import changed, snapshot
 
 pytestmark = pytest.mark.asyncio
 KEY, NEW_KEY = "ssh-ed25519 AAAA-one", "ssh-ed25519 AAAA-two"
@@ -43,13 +43,13 @@ async def test_cluster_mode_first_update_after_adopting_writes_only_the_changed_
         # currentConfig is adopted, never validated here, so every live file is planned.
         for own in OWN:
             shutil.rmtree(cluster.sim.root / own)
-        before = host_tree(cluster.sim.root, skip=OWN)
+        before = snapshot(cluster.sim.root, skip=OWN)
 
         cluster.set_desired("rendered-worker-2")
         await cluster.start_agent()
         await cluster.wait_done("rendered-worker-2")
 
-        assert written(before, host_tree(cluster.sim.root, skip=OWN)) == [
+        assert changed(before, snapshot(cluster.sim.root, skip=OWN)) == [
             "var/home/core/.ssh/authorized_keys.d/ignition"
         ]  # not the pull secret, its bootc copy, the kubelet CA
         assert cluster.reboots() == 0
@@ -83,7 +83,7 @@ async def test_file_mode_first_start_on_a_host_that_matches_writes_nothing(tmp_p
 
     await run_until_done()  # the host now holds the config's key and pull secret
     shutil.rmtree(sim.root / "var/lib/image-mode-agent")  # a first start again
-    before = host_tree(sim.root, skip=OWN)
+    before = snapshot(sim.root, skip=OWN)
     await run_until_done()
-    assert written(before, host_tree(sim.root, skip=OWN)) == []
+    assert changed(before, snapshot(sim.root, skip=OWN)) == []
     assert not [a for a in sim.actions() if a["kind"] == "reboot"]

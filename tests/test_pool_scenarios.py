@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.scenarios.pool_rollouts import SCENARIOS
+from tests.scenarios.pool_rollouts import (
+    SCENARIOS,
+    tied_nodes_picked_out_of_name_order_leave_the_queue,
+)
 from tests.scenarios.standin import StandInCluster
 
 pytestmark = pytest.mark.asyncio
@@ -19,3 +22,12 @@ async def test_pool_scenario_on_the_standins(scenario, tmp_path: Path) -> None:
     figures: list[str] = []
     await scenario(StandInCluster(tmp_path / "cluster"), tmp_path, figures)
     assert figures  # each scenario measured what it reports
+
+
+async def test_tied_nodes_picked_out_of_name_order_on_the_standins(tmp_path: Path) -> None:
+    """Stand-ins only: the node controller's order among tied Nodes is steered."""
+    figures: list[str] = []
+    await tied_nodes_picked_out_of_name_order_leave_the_queue(
+        StandInCluster(tmp_path / "cluster"), tmp_path, figures
+    )
+    assert figures

@@ -21,7 +21,9 @@ from agent.cluster.lane_lease import (
     LaneRecord,
     Verdict,
     decide,
+    format_ranks,
     lease_name,
+    parse_ranks,
     released,
     taken,
     turn_may_take,
@@ -38,6 +40,8 @@ from agent.cluster.pull_order import (
     slots_for,
 )
 from agent.demo.fakekube import FakeKube, pool_rules
+from agent.hypershift.order import MACHINE_ANNOTATION, listing_key, nodepool_members
+from agent.hypershift.order import slots_for as nodepool_slots
 from tests.scenarios.backend import MCO_NS
 from tests.scenarios.fake import AGENT_SA, agent_rules
 from tests.scenarios.harness import until
@@ -138,6 +142,7 @@ def test_queue_rank_lane_and_predecessor() -> None:
     assert queue is not None
     assert (queue.rank, queue.lane, queue.members) == (ordered.index("n-late-b"), 0, 7)
     assert queue.predecessor == ordered[2] and queue.predecessor_rank == 2
+    assert queue.before == ((0, ordered[0]), (2, ordered[2]))  # every lower rank of its lane
     first = queue_of("n-a", NODES, "r2", lanes=2)
     assert first is not None and (first.rank, first.predecessor) == (0, None)
     assert queue_of("elsewhere", NODES, "r2", lanes=2) is None
@@ -151,52 +156,120 @@ def test_a_predecessor_already_at_the_target_is_skipped() -> None:
     assert queue is not None and (queue.rank, queue.predecessor) == (2, None)
 
 
-def test_a_picked_predecessor_still_counts() -> None:
-    """A node the controller picked pulls at its turn: its successor waits for that pull."""
-    picked = node("a", "2026-01-01T00:00:00Z")
-    picked["metadata"]["annotations"][P + "desiredConfig"] = "r2"
-    queue = queue_of("b", [picked, node("b", "2026-01-02T00:00:00Z")], "r2", lanes=1)
-    assert queue is not None and queue.predecessor == "a"
+def picked(name: str, created: str, target: str = "r2") -> dict[str, Any]:
+    """A Node the controller has picked for `target` (its turn came; not done yet)."""
+    chosen = node(name, created)
+    chosen["metadata"]["annotations"][P + "desiredConfig"] = target
+    return chosen
+
+
+def test_a_picked_predecessor_counts_until_its_turn_says_on_the_lane() -> None:
+    """A node the controller picked takes its lane at its turn if it is free (no pre-pull runs
+    beside a turn), or leaves the queue, marked through on the lane: a list cannot tell which,
+    so it is waited for until the lane says (lane rules below)."""
+    members = [node("a", "2026-01-01T00:00:00Z"), picked("b", "2026-01-02T00:00:00Z"),
+               node("c", "2026-01-03T00:00:00Z")]  # fmt: skip
+    queue = queue_of("c", members, "r2", lanes=1)
+    assert queue is not None and (queue.rank, queue.predecessor) == (2, "b")
+    assert queue.before == ((0, "a"), (1, "b"))
+
+
+def test_a_tie_is_ranked_by_name_a_guess_the_lane_corrects() -> None:
+    """Nodes created in the same second tie in the controller's sort (Go's sort.Slice is not
+    stable); the name is the agent's guess. If the controller picks t-b before t-a, t-b marks
+    itself through at its turn, and t-c then waits for t-a only."""
+    tied = [node("t-b", "2026-01-01T00:00:00Z"), node("t-a", "2026-01-01T00:00:00Z"),
+            node("t-c", "2026-01-01T00:00:00Z")]  # fmt: skip
+    assert names(sorted(tied, key=order_key)) == ["t-a", "t-b", "t-c"]
+    queue = queue_of("t-c", tied, "r2", lanes=1)
+    assert queue is not None and queue.before == ((0, "t-a"), (1, "t-b"))
+    lane = record("t-a", holder_rank=0, passed=(1,))  # t-a pre-pulls; t-b's turn: through
+    assert "held by t-a" in decide(lane, "t-c", queue, expired=False, skip=False).why
+    after = record(passed=(0, 1))  # t-a is through too
+    assert decide(after, "t-c", queue, expired=False, skip=False).verdict == Verdict.TAKE
+
+
+def test_a_nodepool_is_ranked_in_the_upgraders_listing_order() -> None:
+    """HyperShift: by Machine name (the upgrader lists Machines, then their Nodes), Nodes with
+    no Machine last; members by the NodePool label; auto = 1 lane (maxUnavailable is not
+    readable from the guest)."""
+
+    def hosted(name: str, machine: str | None, pool: str = "np") -> dict[str, Any]:
+        notes = {MACHINE_ANNOTATION: machine} if machine else {}
+        return {"metadata": {"name": name, "labels": {"hypershift.openshift.io/nodePool": pool},
+                             "annotations": notes}}  # fmt: skip
+
+    nodes = [hosted("z-node", "np-machine-0"), hosted("a-node", "np-machine-2"),
+             hosted("m-node", "np-machine-1"), hosted("loose", None),
+             hosted("other", "other-machine-0", pool="other")]  # fmt: skip
+    members = nodepool_members(nodes, "hypershift.openshift.io/nodePool", "np")
+    assert names(sorted(members, key=listing_key)) == ["z-node", "m-node", "a-node", "loose"]
+    queue = queue_of("a-node", members, "h2", lanes=nodepool_slots("auto"), key=listing_key)
+    assert queue is not None and queue.rank == 2 and queue.lanes == 1
+    assert queue.before == ((0, "z-node"), (1, "m-node"))
+    assert nodepool_slots("3") == 3
 
 
 # -- the lane's rules (pure) -----------------------------------------------------------------
-Q = Queue("r2", rank=5, lanes=2, predecessor="p", predecessor_rank=3, members=10)
+# Rank 5 of lane 1 (K = 2): ranks 1 (o) and 3 (p) of its lane still waited when it listed them.
+Q = Queue("r2", rank=5, lanes=2, predecessor="p", predecessor_rank=3, members=10,
+          before=((1, "o"), (3, "p")))  # fmt: skip
 
 
-def record(holder: str | None = None, target: str | None = "r2", passed: int = -1,
+def record(holder: str | None = None, target: str | None = "r2", passed: tuple[int, ...] = (),
            holder_rank: int | None = None) -> LaneRecord:  # fmt: skip
-    return LaneRecord(holder, "t" if holder else None, 30, 0, target, holder_rank, passed)
+    return LaneRecord(holder, "t" if holder else None, 30, 0, target, holder_rank,
+                      frozenset(passed))  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("rec", "expired", "skip", "verdict", "words"),
+    ("rec", "expired", "skip", "verdict", "words", "through"),
     [
-        (None, False, False, Verdict.WAIT, "waiting for p (rank 3)"),
-        (record(passed=3), False, False, Verdict.TAKE, "lane free after p"),
-        (record(passed=1), False, False, Verdict.WAIT, "waiting for p"),
-        (record(passed=1), False, True, Verdict.TAKE, "skipped"),
-        (record("p", holder_rank=3), False, False, Verdict.WAIT, "held by p (rank 3)"),
-        (record("p", holder_rank=3), True, False, Verdict.TAKE, "its lease expired"),
-        (record("older", holder_rank=1), True, False, Verdict.WAIT, "waiting for p"),
-        (record("me"), False, False, Verdict.MINE, "holds"),
-        (record(target="r1", passed=9), False, False, Verdict.WAIT, "waiting for p"),
+        (None, False, False, Verdict.WAIT, "waiting for p (rank 3)", ()),
+        (record(passed=(1, 3)), False, False, Verdict.TAKE, "lane free after p", ()),
+        (record(passed=(1,)), False, False, Verdict.WAIT, "waiting for p (rank 3)", ()),
+        # p was picked (its turn marked it through) while o still waits: o is next, not me.
+        (record(passed=(3,)), False, False, Verdict.WAIT, "waiting for o (rank 1)", ()),
+        (record(passed=(1,)), False, True, Verdict.TAKE, "p did not take it in time", (3,)),
+        (record("p", holder_rank=3), False, False, Verdict.WAIT, "held by p (rank 3)", ()),
+        (record("p", holder_rank=3), True, False, Verdict.TAKE, "its lease expired", (1, 3)),
+        (record("older", holder_rank=1), True, False, Verdict.WAIT, "waiting for p", ()),
+        (record("me"), False, False, Verdict.MINE, "holds", ()),
+        (record(target="r1", passed=(1, 3, 9)), False, False, Verdict.WAIT, "waiting for p", ()),
     ],
 )  # fmt: skip
-def test_decide(rec, expired, skip, verdict, words) -> None:
+def test_decide(rec, expired, skip, verdict, words, through) -> None:
     decision = decide(rec, "me", Q, expired=expired, skip=skip)
     assert decision.verdict == verdict and words in decision.why
+    assert decision.through == frozenset(through)  # written with the hold: not waited again
 
 
 def test_the_first_of_a_lane_takes_it_free_or_from_another_rollout() -> None:
     first = Queue("r2", 1, 2, None, None, 10)
     assert decide(None, "me", first, expired=False, skip=False).verdict == Verdict.TAKE
-    stale = record(target="r1", passed=7)
+    stale = record(target="r1", passed=(7,))
     assert decide(stale, "me", first, expired=False, skip=False).verdict == Verdict.TAKE
+
+
+@pytest.mark.parametrize(
+    ("ranks", "text"),
+    [((), ""), ((5,), "5"), ((0, 1, 2, 3), "0-3"), ((7, 0, 2, 1, 9, 10), "0-2,7,9-10")],
+)
+def test_ranks_through_are_written_as_ranges(ranks, text) -> None:
+    assert format_ranks(ranks) == text
+    assert parse_ranks(text) == frozenset(ranks)
+
+
+def test_ranks_that_cannot_be_read_count_as_none_through() -> None:
+    """A value it cannot read (or the high-water mark `-1` of an older agent) holds nobody's
+    lane twice: its nodes are waited for, then skipped."""
+    assert parse_ranks("-1") == frozenset() and parse_ranks(None) == frozenset()
+    assert parse_ranks("x,3,4-a, 6 ,") == frozenset({3, 6})
 
 
 def test_the_turn_takes_a_free_lane_whatever_the_order() -> None:
     assert turn_may_take(None, "me", expired=False)
-    assert turn_may_take(record(passed=-1), "me", expired=False)
+    assert turn_may_take(record(), "me", expired=False)
     assert turn_may_take(record("me"), "me", expired=False)
     assert turn_may_take(record("other"), "me", expired=True)
     assert not turn_may_take(record("other"), "me", expired=False)
@@ -211,7 +284,7 @@ def test_lease_bodies() -> None:
                             "acquireTime": "2026-12-04T00:00:00.000000Z",
                             "leaseTransitions": 0}  # fmt: skip
     notes = body["metadata"]["annotations"]
-    assert notes == {TARGET: "r2", HOLDER_RANK: "5", PASSED: "-1"}
+    assert notes == {TARGET: "r2", HOLDER_RANK: "5", PASSED: ""}
     again = taken({**body, "metadata": {**body["metadata"], "resourceVersion": "7"}},
                   LaneRecord.of(body), name="x", namespace=MCO_NS, pool="worker", me="other",
                   queue=Q, duration=30, now="later")  # fmt: skip
@@ -221,7 +294,18 @@ def test_lease_bodies() -> None:
     assert done["metadata"]["annotations"][PASSED] == "5"
     assert released(done, "me", Q, passed=True) is None  # nothing left to change
     cancelled = released(body, "me", Q, passed=False)
-    assert cancelled is not None and cancelled["metadata"]["annotations"][PASSED] == "-1"
+    assert cancelled is not None and cancelled["metadata"]["annotations"][PASSED] == ""
+    # A skip (or a takeover) writes the ranks it stopped waiting for with its hold.
+    skipping = taken(None, None, name="x", namespace=MCO_NS, pool="worker", me="me", queue=Q,
+                     duration=30, now="t", through=frozenset({1, 3}))  # fmt: skip
+    assert skipping["metadata"]["annotations"][PASSED] == "1,3"
+    through = released(skipping, "me", Q, passed=True)
+    assert through is not None and through["metadata"]["annotations"][PASSED] == "1,3,5"
+    # A turn while another node holds the lane: out of the queue, the hold untouched.
+    held = {**body, "spec": {**body["spec"], "holderIdentity": "p"}}
+    out = released(held, "o", Queue("r2", 1, 2, None, None, 10), passed=True)
+    assert out is not None and out["spec"]["holderIdentity"] == "p"
+    assert out["metadata"]["annotations"][PASSED] == "1"
     # Another node's live hold of another rollout is not relabelled by a mark.
     foreign = {**body, "metadata": {**body["metadata"], "annotations": {TARGET: "r1"}},
                "spec": {**body["spec"], "holderIdentity": "other"}}  # fmt: skip
@@ -303,7 +387,8 @@ async def test_prepulls_run_in_the_controllers_order_at_most_k_at_once() -> None
         assert fleet.order.index("w1") < fleet.order.index("w3") < fleet.order.index("w5")
         leases = {x["metadata"]["name"]: x for x in kube.list("leases", namespace=MCO_NS)}
         assert sorted(leases) == [lease_name("worker", 0), lease_name("worker", 1)]
-        assert [x["metadata"]["annotations"][PASSED] for x in leases.values()] == ["4", "5"]
+        assert [x["metadata"]["annotations"][PASSED] for x in leases.values()] == \
+            ["0,2,4", "1,3,5"]  # fmt: skip
         assert fleet.holders() == [None, None]  # every lane given back
         await fleet.close()
 
@@ -402,4 +487,41 @@ async def test_a_lane_waits_for_the_watch_not_a_poll() -> None:
         assert (api.counter.reads, api.counter.writes) == before
         await fleet.lanes["w0"].release(passed=True)
         assert await asyncio.wait_for(waiting, 5) == "lane free after w0"
+        await fleet.close()
+
+
+async def test_a_node_picked_while_queued_leaves_the_queue_and_the_lane_passes_at_once() -> None:
+    """w0 pre-pulls, w1 and w2 wait; the controller picks w1 (its turn: it leaves the queue,
+    as the pre-stager's turn does when another node holds the lane). When w0 is through the
+    lane goes to w2 at once, while w1 is still pulling at its turn."""
+    async with loopback() as (kube, api):
+        fleet = Fleet(kube, api, pool_of(3), lanes=1, duration=30)
+        await fleet.lanes["w0"].acquire()
+        waiting = asyncio.create_task(fleet.lanes["w2"].acquire())
+        turn = fleet.lanes["w1"]
+        assert await turn.try_take() is False  # held by w0: the turn does not wait
+        await turn.release(passed=True)  # out of its queue
+        (lease,) = kube.list("leases", namespace=MCO_NS)
+        assert lease["spec"]["holderIdentity"] == "w0"  # w0's hold untouched
+        assert lease["metadata"]["annotations"][PASSED] == "1"
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # w0 still holds it
+        await fleet.lanes["w0"].release(passed=True)
+        assert await asyncio.wait_for(waiting, 5) == "lane free after w1"
+        (lease,) = kube.list("leases", namespace=MCO_NS)
+        assert lease["spec"]["holderIdentity"] == "w2"
+        assert lease["metadata"]["annotations"][PASSED] == "0-1"
+        await fleet.close()
+
+
+async def test_a_skipped_node_is_not_waited_for_again() -> None:
+    """w2 skips w0 and w1 (never came); its hold writes them through, so w3 waits for w2 only."""
+    async with loopback() as (kube, api):
+        fleet = Fleet(kube, api, pool_of(4), lanes=1, skip_after=0.5)
+        why = await asyncio.wait_for(fleet.lanes["w2"].acquire(), 10)
+        assert "w1 did not take it in time: skipped" in why
+        (lease,) = kube.list("leases", namespace=MCO_NS)
+        assert lease["metadata"]["annotations"][PASSED] == "0-1"
+        await fleet.lanes["w2"].release(passed=True)
+        assert await asyncio.wait_for(fleet.lanes["w3"].acquire(), 5) == "lane free after w2"
         await fleet.close()

@@ -5,6 +5,7 @@ is not staged again."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -290,3 +291,132 @@ async def test_an_etc_write_after_staging_reaches_the_new_deployment(sim: Simula
     await reboot(sim)
     assert digest_of(slots(sim)["booted"]) == v2.digest
     assert (sim.root / "etc/after-staging").read_text() == "written while v2 waited\n"
+
+
+# -- soft reboots: only into what bootc prepared --------------------------------------------------
+def capable(sim: SimulatedHost, tag: str) -> ImageRef:
+    pinned = sim.add_image(f"{IMAGE}:{tag}", {"usr/lib/v": tag}, soft_reboot_capable=True)
+    return parse_image_ref(pinned)
+
+
+async def soft_reboot(sim: SimulatedHost) -> None:
+    await sim.host(lambda _path: True).system.reboot(soft=True)
+    assert sim.boot()
+
+
+def soft_count(sim: SimulatedHost) -> int:
+    return int(json.loads((sim.base / "host.json").read_text()).get("soft_reboots", 0))
+
+
+@pytest.mark.parametrize("locked", [False, True], ids=["unlocked", "download-only"])
+async def test_a_soft_reboot_with_nothing_prepared_stays_in_the_same_deployment(
+    sim: SimulatedHost, locked: bool
+) -> None:
+    """systemd's soft reboot with no /run/nextroot re-executes the same root: same boot ID,
+    SoftRebootsCount + 1, the staged deployment still staged (still locked if it was). Only a
+    full reboot then boots it (or, locked, discards it)."""
+    before = slots(sim)
+    v2 = capable(sim, "v2")
+    system = sim.host(lambda _path: True).system
+    boot_id = await system.boot_id()
+    await SimulatedBootc(sim).stage(v2, locked=locked)
+    assert sim.soft_reboot_prepared() is None  # a plain stage prepares nothing
+    await soft_reboot(sim)
+    after = slots(sim)
+    assert after["booted"] == before["booted"] and after["rollback"] is None
+    assert digest_of(after["staged"]) == v2.digest
+    assert after["staged"]["downloadOnly"] is locked  # type: ignore[index]
+    assert (await system.boot_id(), await system.soft_reboots_count()) == (boot_id, 1)
+    assert (sim.root / "usr/lib/v").read_text() == "1"
+    assert sim.actions()[-1]["detail"].startswith("soft reboot with nothing prepared")
+    await reboot(sim)  # the second, full reboot the node then needs
+    assert digest_of(slots(sim)["booted"]) == (before["booted"]["image"]["imageDigest"]
+                                               if locked else v2.digest)  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["1.11.0", "1.12.0", "1.16.10"])
+async def test_a_soft_reboot_enters_the_deployment_bootc_prepared(
+    tmp_path: Path, version: str
+) -> None:
+    """`upgrade --from-downloaded --soft-reboot auto` (>= 1.12) prepares /run/nextroot for a
+    softRebootCapable staged deployment, locked or not; before 1.12 nothing is asked."""
+    sim = SimulatedHost.create(tmp_path / "host", f"{IMAGE}:v1", {"usr/lib/v": "1"},
+                               bootc_version=version)  # fmt: skip
+    v1, v2 = digest_of(slots(sim)["booted"]), capable(sim, "v2")
+    bootc = SimulatedBootc(sim)
+    caps = await bootc.capabilities()
+    await bootc.stage(v2, locked=caps.locked_staging)
+    assert await bootc.unlock_staged(soft=True) is caps.soft_reboot_at_turn
+    assert sim.soft_reboot_prepared() == ("staged" if caps.soft_reboot_at_turn else None)
+    await soft_reboot(sim)
+    after = slots(sim)
+    assert soft_count(sim) == 1 and sim.soft_reboot_prepared() is None  # consumed, if any
+    if caps.soft_reboot_at_turn:
+        assert bootc_calls(sim)[-1] == "upgrade --from-downloaded --soft-reboot auto"
+        assert digest_of(after["booted"]) == v2.digest and after["staged"] is None
+        assert (sim.root / "usr/lib/v").read_text() == "v2"
+    else:  # 1.7-1.11: `--soft-reboot` exists, but nothing at the turn prepares it
+        assert (digest_of(after["booted"]), digest_of(after["staged"])) == (v1, v2.digest)
+
+
+def bootc_calls(sim: SimulatedHost) -> list[str]:
+    return [a["detail"] for a in sim.actions() if a["kind"] == "bootc"]
+
+
+async def test_a_prepared_soft_reboot_is_cleared_by_a_stage_a_rollback_a_reset_and_a_full_reboot(
+    sim: SimulatedHost,
+) -> None:
+    v2, v3 = capable(sim, "v2"), capable(sim, "v3")
+    bootc = SimulatedBootc(sim)
+
+    async def prepared_staged(image: ImageRef) -> None:
+        await bootc.stage(image, locked=True)
+        assert await bootc.unlock_staged(soft=True) is True
+        assert sim.soft_reboot_prepared() == "staged"
+
+    await prepared_staged(v2)
+    await bootc.stage(v3)  # every stage resets it (ostree)
+    assert sim.soft_reboot_prepared() is None
+    await prepared_staged(v3)
+    sim.reset_soft_reboot()  # ostree admin prepare-soft-reboot --reset
+    assert sim.soft_reboot_prepared() is None
+    await soft_reboot(sim)
+    assert digest_of(slots(sim)["staged"]) == v3.digest  # nothing prepared: same root
+    # Unlocked now, it is prepared all the same when asked (`--from-downloaded` unlocks
+    # nothing then, and `--soft-reboot auto` prepares it), and entered.
+    assert await bootc.unlock_staged(soft=True) is True
+    await soft_reboot(sim)
+    assert digest_of(slots(sim)["booted"]) == v3.digest and soft_count(sim) == 2
+    await prepared_staged(v2)
+    await bootc.rollback()  # drops the staged deployment, and what was prepared for it
+    assert sim.soft_reboot_prepared() is None
+    await bootc.rollback()  # (a toggle: the rollback is no longer queued)
+    # A full reboot (the agent's goes through logind's Reboot) loses /run/nextroot.
+    await prepared_staged(v2)
+    await reboot(sim)
+    assert digest_of(slots(sim)["booted"]) == v2.digest and sim.soft_reboot_prepared() is None
+    assert soft_count(sim) == 2  # the full reboot counts no soft one
+
+
+async def test_the_download_only_soft_reboot_hazard_runs_the_locked_image(
+    sim: SimulatedHost,
+) -> None:
+    """`bootc upgrade --download-only --soft-reboot=auto` prepares /run/nextroot for the locked
+    deployment (ostree's `deployment_set_soft_reboot` checks no lock): a soft reboot, or a
+    `systemctl reboot` (which soft-reboots into a prepared nextroot), runs its userspace,
+    undrained. The agent never asks for it; an `ostree admin prepare-soft-reboot --reset`
+    disarms it. See
+    https://github.com/bootc-dev/bootc/blob/v1.16.9/crates/lib/src/cli.rs#L1386-L1393
+    """
+    v2 = capable(sim, "v2")
+    await SimulatedBootc(sim).stage(v2, locked=True)
+    assert sim.prepare_soft_reboot() is True
+    sim.reset_soft_reboot()
+    sim.systemctl_reboot()
+    assert sim.boot() and digest_of(slots(sim)["booted"]) != v2.digest  # discarded, as locked
+    await SimulatedBootc(sim).stage(v2, locked=True)
+    assert sim.prepare_soft_reboot() is True
+    sim.systemctl_reboot()
+    assert sim.actions()[-1]["detail"] == "soft-reboot"
+    assert sim.boot() and digest_of(slots(sim)["booted"]) == v2.digest
+    assert "locked (download-only)" in sim.actions()[-1]["detail"]

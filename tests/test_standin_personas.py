@@ -324,6 +324,62 @@ def test_upgrade_download_only_with_a_soft_reboot_runs_the_locked_image(host: Ho
     assert state["booted"]["digest"] == D2 and state["lastBoot"] == "soft-into-locked"
 
 
+def host_json(host: Host) -> dict:
+    return json.loads((host.state / "host.json").read_text())
+
+
+def test_a_soft_reboot_with_nothing_prepared_re_enters_the_same_root(host: Host) -> None:
+    """systemd's soft reboot with no /run/nextroot re-executes the same root: the staged
+    deployment stays staged (still locked, where it was), and only a full reboot boots it."""
+    host.configure(soft_reboot_capable=True)
+    host.ok("switch", f"{NAME}@{D2}")  # no --soft-reboot: nothing prepared
+    locked = has(host, "upgrade-download-only")
+    if locked:
+        host.ok("upgrade", "--download-only")
+    host.ok("internals", "standin-reboot", "--soft")
+    state = host_json(host)
+    assert (state["booted"]["digest"], state["staged"]["digest"]) == (D1, D2)
+    assert (state["staged"]["locked"], state["lastBoot"], state["softReboots"]) == (
+        locked, "soft-same-root", 1)  # fmt: skip
+    host.ok("internals", "standin-reboot")  # `systemctl reboot`: nothing prepared, a full one
+    state = host_json(host)
+    assert state["booted"]["digest"] == (D1 if locked else D2) and state["lastBoot"] == "full"
+
+
+def test_a_prepared_soft_reboot_is_entered_and_cleared_as_ostree_does(host: Host) -> None:
+    """A stage, a rollback that drops the staged deployment, `ostree admin prepare-soft-reboot
+    --reset` and a full reboot (logind's, the agent's) clear /run/nextroot; a soft reboot enters
+    it."""
+    host.configure(soft_reboot_capable=True)
+    if not has(host, "soft-reboot"):
+        assert host.run("switch", "--soft-reboot", "auto", f"{NAME}@{D2}").code == 2
+        return
+    host.ok("switch", "--soft-reboot", "auto", f"{NAME}@{D2}")
+    assert host_json(host)["softRebootPrepared"] == "staged"
+    host.ok("switch", f"{NAME}@{D3}")  # staging resets it
+    assert "softRebootPrepared" not in host_json(host)
+    host.ok("upgrade", "--soft-reboot", "auto")  # staged unchanged: prepared for it
+    assert host_json(host)["softRebootPrepared"] == "staged"
+    assert host.run("admin", "prepare-soft-reboot", "--reset", tool=OSTREE).code == 0
+    assert "softRebootPrepared" not in host_json(host)
+    host.ok("upgrade", "--soft-reboot", "auto")
+    host.ok("internals", "standin-reboot", "--full")  # lost with /run; the bootloader boots D3
+    state = host_json(host)
+    assert (state["booted"]["digest"], state["lastBoot"]) == (D3, "full")
+    assert "softRebootPrepared" not in state and "softReboots" not in state
+    host.ok("switch", "--soft-reboot", "auto", f"{NAME}@{D2}")
+    host.ok("rollback")  # drops the staged deployment, and what was prepared for it
+    assert "softRebootPrepared" not in host_json(host)
+    host.ok("rollback")  # (a toggle)
+    if has(host, "upgrade-from-downloaded"):  # the agent's turn: prepared, then entered
+        host.ok("switch", f"{NAME}@{D2}")
+        host.ok("upgrade", "--from-downloaded", "--soft-reboot", "auto")
+        host.ok("internals", "standin-reboot", "--soft")
+        state = host_json(host)
+        assert (state["booted"]["digest"], state["lastBoot"], state["softReboots"]) == (
+            D2, "soft", 1)  # fmt: skip
+
+
 def test_a_soft_reboot_of_the_rollback_consults_the_rollback_entry(host: Host) -> None:
     host.configure(soft_reboot_capable=True)
     host.ok("switch", f"{NAME}@{D2}")

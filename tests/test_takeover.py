@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from agent.core.policy import PULL_SECRET, SSH_KEYS_PATH
-from agent.demo.loopback import Cluster, P
+from agent.demo.loopback import IMAGE, Cluster, P
 from agent.model.bootc_releases import PERSONAS
+from agent.model.imageref import parse_image_ref
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
 from tests.scenarios.harness import exits, until
 from tests.scenarios.mcd_node import STATE_DIR, done_annotations, prepare, snapshot, write
@@ -91,12 +92,12 @@ async def test_a_node_the_mcd_left_done_is_taken_over_with_no_write_and_no_reboo
         image = (root / CURRENT_IMAGE_PATH.lstrip("/")).read_text()
         assert image == (cluster.images["v2"] if layered else "")
         assert cluster.annotations().get(P + "currentImage") == (image or None)
-        # 0600, where the MCD writes 0644: currentconfig holds the pull secret. A currentimage
-        # that says the same already (empty: not layered) is left as the MCD wrote it.
-        written_files = [CURRENT_CONFIG_PATH, *([CURRENT_IMAGE_PATH] if layered else [])]
-        for path in written_files:
+        # currentconfig 0600, where the MCD writes 0644: it holds the pull secret.
+        # currentimage 0644, as the MCD's: it names an image; whether the agent wrote it
+        # (layered) or left the MCD's, which says the same already (empty: not layered).
+        for path, mode in ((CURRENT_CONFIG_PATH, 0o600), (CURRENT_IMAGE_PATH, 0o644)):
             info = (root / path.lstrip("/")).stat()
-            assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o600, 0)
+            assert (stat.S_IMODE(info.st_mode), info.st_uid) == (mode, 0)
         assert (root / SSH_KEYS_PATH.lstrip("/")).read_text() == "ssh-ed25519 AAAA-two\n"
     finally:
         await cluster.close()
@@ -177,5 +178,66 @@ async def test_the_takeover_validates_on_every_bootc_release(tmp_path: Path, per
         await cluster.wait_annotations(lambda a: "mode mismatch" in a.get(P + "reason", ""))
         reasons = {e["reason"] for e in cluster.kube.list("events", "default")}
         assert "OnDiskStateValidationFailed" not in reasons
+    finally:
+        await cluster.close()
+
+
+async def mcd_applies(cluster: Cluster, name: str, image: str, keys: list[str]) -> None:
+    """The MCD, given the node back, applies `name` (image `image`) as it does: stages and
+    reboots into the image, writes the config's files, then its on-disk config, then the
+    Node's annotations (reference/mco-daemon.md §1, §5)."""
+    host = cluster.sim.host(lambda path: True)
+    await host.bootc.stage(parse_image_ref(image))
+    await host.system.reboot()
+    cluster.sim.boot()
+    root = cluster.sim.root
+    write(root, SSH_KEYS_PATH, "".join(f"{key}\n" for key in keys), 0o600, uid=1000)
+    write(root, CURRENT_CONFIG_PATH, on_disk_config(cluster.kube.get("MachineConfig", name)),
+          0o644)  # fmt: skip
+    write(root, CURRENT_IMAGE_PATH, "", 0o644)
+    cluster.kube.patch_annotations("Node", cluster.node, done_annotations(name))
+
+
+async def test_a_node_the_mcd_updated_after_the_agent_is_not_rolled_back(tmp_path: Path) -> None:
+    # agent -> MCD -> agent: the agent updated the node to rendered-worker-2 and recorded it
+    # (its journal, its own current-config, the MCD's files); the MCD, given the node back,
+    # updated it to rendered-worker-3 on another image. The agent, started again, must take
+    # the MCD's newer record as the truth: no rollback to its own record, no write, no reboot,
+    # and the Node's currentConfig stays rendered-worker-3.
+    cluster = await mcd_node(tmp_path)
+    try:
+        await cluster.start_agent()
+        await cluster.wait_done("rendered-worker-1")
+        cluster.kube.enable_drain_controller(delay=0.1)
+        cluster.add_config("rendered-worker-2", "v2", keys=["ssh-ed25519 AAAA-two"])
+        cluster.set_desired("rendered-worker-2")
+        assert await exits(cluster.procs[-1]) == 3
+        await cluster.start_agent()
+        await cluster.wait_done("rendered-worker-2")
+        state = cluster.sim.root / STATE_DIR
+        await until(lambda: (state / "current-config").exists(), what="the agent's record")
+        cluster.procs[-1].terminate()
+        await cluster.procs[-1].wait()
+        journal = json.loads((state / "journal.json").read_text())
+        assert journal["current_name"] == "rendered-worker-2"
+
+        newer = cluster.sim.add_image(f"{IMAGE}:v5-mcd", {"usr/lib/app/healthy": "yes"})
+        cluster.add_config("rendered-worker-3", newer, keys=["ssh-ed25519 AAAA-mcd"])
+        await mcd_applies(cluster, "rendered-worker-3", newer, ["ssh-ed25519 AAAA-mcd"])
+        reboots, writes = cluster.reboots(), cluster.node_writes()
+        before = snapshot(cluster.sim.root)
+
+        await cluster.start_agent()
+        await until(lambda: any(e["reason"] == "NodeDone" and "rendered-worker-3" in e["message"]
+                                for e in cluster.kube.list("events", "default")),
+                    what="the agent's pass over rendered-worker-3")  # fmt: skip
+        assert cluster.annotations()[P + "currentConfig"] == "rendered-worker-3"
+        assert cluster.node_writes() == writes  # the Node said Done on rendered-worker-3 already
+        assert cluster.reboots() == reboots and cluster.booted() == newer.split("@")[1]
+        assert snapshot(cluster.sim.root) == before  # validated against the MCD's config
+        reasons = {e["reason"] for e in cluster.kube.list("events", "default")}
+        assert not {"OnDiskStateValidationFailed", "ConfigDriftDetected"} & reasons
+        await until(lambda: json.loads((state / "journal.json").read_text())["current_name"]
+                    == "rendered-worker-3", what="the journal naming the MCD's config")  # fmt: skip
     finally:
         await cluster.close()

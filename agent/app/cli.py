@@ -392,27 +392,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--prestage",
         choices=("pool", "off"),
         default="pool",
-        help="stage the pool's target image locked before this node's turn (default: pool)",
+        help="stage the pool's (NodePool's) target image locked before this node's turn "
+        "(default: pool)",
     )
     cluster.add_argument(
         "--prestage-slots",
         type=_slots,
         default="auto",
         metavar="auto|K|unbounded",
-        help="pre-pulls at once per pool, in the controller's order (Leases): auto = the "
-        "pool's maxUnavailable (default); unbounded = every node after --prestage-jitter",
+        help="pre-pulls at once per pool or NodePool, through Lease lanes in the order the "
+        "controller (the upgrader) picks the Nodes: auto (default) = the pool's maxUnavailable; "
+        "with --source hypershift 1 (a node cannot read the NodePool's maxUnavailable: give it "
+        "as K); unbounded = every node after --prestage-jitter",
     )
     cluster.add_argument(
         "--prestage-jitter",
         type=float,
         default=60.0,
-        help="seconds, with --prestage-slots unbounded only: a pre-stage starts after a "
-        "random delay up to this",
+        help="seconds; unbounded pre-pulls only (--prestage-slots unbounded, or, in either "
+        "mode, the fallback when RBAC refuses the lanes, said by a PrestageUnbounded Event): a "
+        "pre-stage starts after a random delay up to this. Bounded ones start when their lane "
+        "is free",
     )
     cluster.add_argument(
         "--prestage-lease-namespace",
         default="openshift-machine-config-operator",
-        help="namespace of the pre-pull lanes' Leases (RBAC: deploy/rbac.yaml)",
+        help="namespace of the pre-pull lanes' Leases (RBAC: deploy/rbac.yaml); with --source "
+        "hypershift they are in the upgrade namespace (deploy/hypershift/rbac.yaml)",
     )
     cluster.add_argument(
         "--prestage-lease-seconds",

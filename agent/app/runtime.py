@@ -213,10 +213,14 @@ async def run_hypershift_source(
         max_boot_attempts=getattr(args, "max_boot_attempts", 1),
         soft_reboot=getattr(args, "allow_soft_reboot", False),
         refused_retry=refused_retry,
+        # The lanes' Leases live in the upgrade namespace (--prestage-lease-namespace is
+        # cluster mode's), where deploy/hypershift/rbac.yaml lets the nodes use them.
         prestage=PrestageOptions(
             mode=getattr(args, "prestage", "pool"),
+            slots=getattr(args, "prestage_slots", "auto"),
             jitter=getattr(args, "prestage_jitter", 60.0),
             retry_initial=getattr(args, "prestage_retry", 10.0),
+            lease_seconds=getattr(args, "prestage_lease_seconds", 30),
         ),
     )
     api = await Kube.connect(getattr(args, "kubeconfig", None))

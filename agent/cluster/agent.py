@@ -485,6 +485,13 @@ class ClusterAgent:
         (the MCD's on-disk config starts the same way); refusals need a real baseline. One that
         cannot be parsed is Unusable: nothing is planned from a guess, and its watch (kept
         until it is adopted) brings the next pass when it is replaced."""
+        if not self.options.dry_run:
+            # Before anything reads the journal: a config the MCD applied after this agent
+            # last ran here is the one validated against, never this agent's older record. A
+            # record that cannot be read is reported where the update reads it (Degraded,
+            # naming the file, retried with the update's backoff), not here.
+            with contextlib.suppress(HostError):
+                self.engine.follow_external()
         current_name = node.get(A.CURRENT_CONFIG)
         if (
             not current_name
@@ -545,8 +552,10 @@ class ClusterAgent:
             certs = parsed("controllerconfig machine-config-controller", certificates, cc)
         except InputError as exc:
             raise Unusable(exc) from None
-        changed = await asyncio.to_thread(write_certificates, self.host.files, certs)
-        self.log.info("certificates synced", changed=changed, resource_version=version)
+        written = await asyncio.to_thread(write_certificates, self.host.files, certs)
+        for warning in written.warnings:
+            self.log.warning(warning)
+        self.log.info("certificates synced", changed=written.changed, resource_version=version)
         values: dict[str, str | None] = {A.LAST_SYNCED_CC: version}
         observed = kc.rotate_value(cc)
         if kc.rotation_due(cc, node.annotations):

@@ -23,9 +23,11 @@ from agent.model.mcd_disk import (
 )
 
 # The MCD writes both 0644 (writeFileAtomicallyWithDefaults), though currentconfig holds the
-# pull secret and the password hash of the config: this agent writes them 0600. The MCD reads
-# them as root and replaces the files (and their mode) at its own next update.
+# pull secret and the password hash of the config: this agent writes that one 0600. The MCD
+# reads it as root and replaces the file (and its mode) at its own next update. currentimage
+# names an image, nothing secret: 0644 as the MCD's, so its mode is the same whoever wrote it.
 MODE = 0o600
+IMAGE_MODE = 0o644
 _ROOT = Owner(id=0)
 
 
@@ -59,7 +61,8 @@ class McdRecord:
             self.files.write(CURRENT_CONFIG_PATH, config, mode=MODE, user=_ROOT, group=_ROOT)
             wrote = True
         if self.files.read(CURRENT_IMAGE_PATH) != image_bytes:
-            self.files.write(CURRENT_IMAGE_PATH, image_bytes, mode=MODE, user=_ROOT, group=_ROOT)
+            self.files.write(CURRENT_IMAGE_PATH, image_bytes, mode=IMAGE_MODE, user=_ROOT,
+                             group=_ROOT)  # fmt: skip
             wrote = True
         return wrote
 

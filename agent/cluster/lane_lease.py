@@ -3,15 +3,19 @@
 One `coordination.k8s.io/v1` Lease per lane and pool (`image-mode-prepull-<pool>-<lane>`):
 `spec.holderIdentity` is the node pulling through it, renewed every third of
 `leaseDurationSeconds`; annotations say which rollout it serves (`target`), the holder's rank,
-and `passed`, the highest rank of that lane whose pull is over. A holder that stops renewing
-loses it: expiry is judged from when this node last saw the record change, not from the
-holder's clock (client-go's leader election does the same), so clock skew between nodes
-cannot hand a slot to two holders."""
+and `passed`, the ranks of that lane through (written as ranges, `0-4,7`): their pull is over,
+their turn came (the controller picked them, possibly before the order said: they left the
+queue and pull at their turn), or they were skipped. A set and not a high-water mark: a rank
+picked out of order is through while lower ones still wait, and each node waits exactly for
+the lower ranks of its lane still waiting when it listed them (`Queue.before`). A holder that
+stops renewing loses it: expiry is judged from when this node last saw the record change, not
+from the holder's clock (client-go's leader election does the same), so clock skew between
+nodes cannot hand a slot to two holders."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -39,6 +43,29 @@ def _int(text: Any, default: int) -> int:
         return default
 
 
+def parse_ranks(text: Any) -> frozenset[int]:
+    """`passed` as written (`0-4,7`); what cannot be read counts as nothing through (its
+    nodes are waited for, then skipped: never a lane handed out twice)."""
+    ranks: set[int] = set()
+    for part in str(text or "").split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            continue
+        ranks.update(range(int(low), int(high if dash else low) + 1))
+    return frozenset(ranks)
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """Ranks as ranges: a lane passed in order stays one short range (`0-41`)."""
+    runs: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
 @dataclass(frozen=True)
 class LaneRecord:
     """The parts of a lane's Lease the decisions read."""
@@ -49,7 +76,7 @@ class LaneRecord:
     transitions: int
     target: str | None
     holder_rank: int | None
-    passed: int  # -1: no pull of this record's target is over yet
+    passed: frozenset[int]  # the ranks through for this record's target
 
     @classmethod
     def of(cls, lease: Mapping[str, Any] | None) -> LaneRecord | None:
@@ -65,12 +92,12 @@ class LaneRecord:
             transitions=_int(spec.get("leaseTransitions"), 0),
             target=notes.get(TARGET),
             holder_rank=None if rank is None else _int(rank, -1),
-            passed=_int(notes.get(PASSED), -1),
+            passed=parse_ranks(notes.get(PASSED)),
         )
 
-    def passed_for(self, target: str) -> int:
-        """How far the lane got for `target`; a record of another rollout counts as none."""
-        return self.passed if self.target == target else -1
+    def passed_for(self, target: str) -> frozenset[int]:
+        """The ranks through for `target`; a record of another rollout counts as none."""
+        return self.passed if self.target == target else frozenset()
 
     @property
     def seen_as(self) -> tuple[str | None, str | None]:
@@ -88,36 +115,49 @@ class Verdict(StrEnum):
 class Decision:
     verdict: Verdict
     why: str
+    # TAKE: the ranks the taker writes through with its hold (the ones it skipped, or the
+    # silent holder it took over from), so that the nodes after it do not wait for them again.
+    through: frozenset[int] = field(default_factory=frozenset)
+
+
+def blocking(record: LaneRecord | None, queue: Queue) -> list[int]:
+    """The lower ranks of the lane this node still waits for: waiting at its list, and not
+    through since (pulled, picked, or skipped), lowest first."""
+    passed = frozenset() if record is None else record.passed_for(queue.target)
+    return [rank for rank, _ in queue.before if rank not in passed]
 
 
 def decide(
     record: LaneRecord | None, me: str, queue: Queue, *, expired: bool, skip: bool
 ) -> Decision:
     """Whether this node may take its lane to pre-pull: the lane must be free (or its holder's
-    lease expired) and the node before it in the lane must have pulled (or been waited for
-    `skip` long: it is down, or runs no bounded pre-pull)."""
+    lease expired) and every lower rank of the lane that still waited when this node listed
+    them must be through: pulled, picked by the controller (its turn came: it left the queue),
+    or waited for `skip` long (it is down, or runs no bounded pre-pull)."""
     if record is not None and record.holder == me:
         return Decision(Verdict.MINE, "this node holds the lane")
     if record is not None and record.holder is not None and not expired:
         rank = "" if record.holder_rank is None else f" (rank {record.holder_rank})"
         return Decision(Verdict.WAIT, f"lane {queue.lane} is held by {record.holder}{rank}")
-    if queue.predecessor_rank is None or skip:
-        return Decision(Verdict.TAKE, "lane free" if not skip else "lane free; "
-                        f"{queue.predecessor} did not take it in time: skipped")  # fmt: skip
-    passed = -1 if record is None else record.passed_for(queue.target)
-    if passed >= queue.predecessor_rank:
-        return Decision(Verdict.TAKE, f"lane free after {queue.predecessor}")
+    ahead = blocking(record, queue)
+    if not ahead:
+        after = f" after {queue.predecessor}" if queue.predecessor is not None else ""
+        return Decision(Verdict.TAKE, f"lane free{after}")
+    nearest = queue.name_of(ahead[-1])
+    if skip:
+        return Decision(Verdict.TAKE, f"lane free; {nearest} did not take it in time: "
+                        "skipped", frozenset(ahead))  # fmt: skip
     if (
         expired
         and record is not None
         and record.target == queue.target
-        and (record.holder_rank is not None and record.holder_rank >= queue.predecessor_rank)
+        and (record.holder_rank is not None and record.holder_rank >= ahead[-1])
     ):
-        # The predecessor (or a later node) held it and fell silent: it is not coming back
+        # The last of them (or a later node) held it and fell silent: it is not coming back
         # before its lease would; its pull is over as far as the lane is concerned.
-        return Decision(Verdict.TAKE, f"taken over from {record.holder}: its lease expired")
-    return Decision(Verdict.WAIT, f"waiting for {queue.predecessor} (rank "
-                    f"{queue.predecessor_rank}) to pull first")  # fmt: skip
+        gone = frozenset([*ahead, record.holder_rank])
+        return Decision(Verdict.TAKE, f"taken over from {record.holder}: its lease expired", gone)
+    return Decision(Verdict.WAIT, f"waiting for {nearest} (rank {ahead[-1]}) to pull first")
 
 
 def turn_may_take(record: LaneRecord | None, me: str, *, expired: bool) -> bool:
@@ -129,8 +169,10 @@ def turn_may_take(record: LaneRecord | None, me: str, *, expired: bool) -> bool:
 def taken(
     lease: Mapping[str, Any] | None, record: LaneRecord | None, *, name: str, namespace: str,
     pool: str, me: str, queue: Queue, duration: int, now: str,
+    through: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:  # fmt: skip
-    """The Lease to write to hold the lane (create when `lease` is None, else update it)."""
+    """The Lease to write to hold the lane (create when `lease` is None, else update it),
+    with `through` (Decision.through) added to the ranks through."""
     body = _copy(lease) or {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -140,12 +182,13 @@ def taken(
     spec = body.setdefault("spec", {})
     notes = body["metadata"].setdefault("annotations", {})
     changed = record is None or record.holder != me
-    passed = -1 if record is None else record.passed_for(queue.target)
+    passed = frozenset() if record is None else record.passed_for(queue.target)
     spec.update(holderIdentity=me, leaseDurationSeconds=duration, renewTime=now)
     if changed:
         spec["acquireTime"] = now
         spec["leaseTransitions"] = (record.transitions if record else 0) + (record is not None)
-    notes.update({TARGET: queue.target, HOLDER_RANK: str(queue.rank), PASSED: str(passed)})
+    notes.update({TARGET: queue.target, HOLDER_RANK: str(queue.rank),
+                  PASSED: format_ranks(passed | through)})  # fmt: skip
     return body
 
 
@@ -158,8 +201,9 @@ def renewed(lease: Mapping[str, Any], now: str) -> dict[str, Any]:
 def released(
     lease: Mapping[str, Any], me: str, queue: Queue, *, passed: bool
 ) -> dict[str, Any] | None:
-    """The Lease with this node's hold given up and, when its pull is over, its rank
-    recorded as passed; None when there is nothing to change."""
+    """The Lease with this node's hold given up and, when it is through (its pull is over,
+    or its turn came without the lane), its rank added to the ranks through; None when there
+    is nothing to change."""
     body = _copy(lease)
     record = LaneRecord.of(body)
     assert record is not None
@@ -170,9 +214,10 @@ def released(
         changed = True
     # Another rollout's record is taken over only when nobody holds it for that rollout.
     ours = record.target == queue.target or record.holder in (None, me)
-    if passed and ours and record.passed_for(queue.target) < queue.rank:
+    through = record.passed_for(queue.target)
+    if passed and ours and queue.rank not in through:
         notes = body["metadata"].setdefault("annotations", {})
-        notes.update({TARGET: queue.target, PASSED: str(queue.rank)})
+        notes.update({TARGET: queue.target, PASSED: format_ranks(through | {queue.rank})})
         changed = True
     return body if changed else None
 

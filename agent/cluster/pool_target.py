@@ -34,6 +34,7 @@ class PoolTarget:
     seconds passed) and the rendered config its `spec.configuration.name` names."""
 
     what = "pool target"
+    grant = "the Role image-mode-agent-prepull and nodes list of deploy/rbac.yaml"
 
     def __init__(
         self,

@@ -63,10 +63,12 @@ class PrestageOptions:
 
 class TargetSource(Protocol):
     """Where the pre-stager learns the target: `what` names it in Events and logs ("pool
-    target", capitalised at a sentence's start); `on_change` is set by the pre-stager and called
-    when the target may have moved."""
+    target", capitalised at a sentence's start); `grant` names the RBAC its pre-pull lanes
+    need (said when it is missing); `on_change` is set by the pre-stager and called when the
+    target may have moved."""
 
     what: str
+    grant: str
     on_change: Callable[[], None]
 
     async def target(self) -> str | None:
@@ -270,7 +272,10 @@ class Prestager:
     def _start_turn(self) -> None:
         """The node's turn for the pool's target: its pull takes the lane if the lane is free
         (never waiting for it) so that no pre-pull starts beside it, and the lane passes on
-        once the turn's image is staged. The update does not wait for any of this."""
+        once the turn's image is staged. If another node holds the lane, this one leaves the
+        queue at once: the controller picked it (perhaps before the order said), so the lane
+        goes to the next node still waiting as soon as the holder is through, not after this
+        turn's own pull. The update does not wait for any of this."""
         desired = A.NodeView.of(self.node.obj or {}).desired_config
         if not self.options.bounded or desired is None or self._passed == desired:
             return
@@ -292,15 +297,18 @@ class Prestager:
                 self._hold(lane, owner=None)
                 self.log.info("turn pulls through its lane", lane=lane.name)
             else:
-                self.log.info("turn pulls without its lane (another node holds it)",
-                              lane=lane.name)  # fmt: skip
+                self.log.info("turn pulls without its lane (another node holds it); out of "
+                              "its queue", lane=lane.name, rank=lane.queue.rank)  # fmt: skip
+                await lane.release(passed=True)
+                self._passed = target
+                return
             await self._turn_over.wait()
         except (KubeError, *TRANSIENT) as exc:
             self.log.warning("turn's lane not taken", error=str(exc))
             return
         if self._held is lane:
             await self._release(passed=True)
-        else:  # pulled without it: the successor still learns this node is through
+        else:  # the lane was lost meanwhile: the nodes after it still learn it is through
             await lane.release(passed=True)
             self._passed = target
 
@@ -324,8 +332,9 @@ class Prestager:
     async def _take_lane(self, name: str, target: str) -> PullLane | None:
         """This node's lane for the target, taken in the controller's order (held from
         here on); None when the pre-pulls are unbounded: asked for, or not allowed (the
-        service account lacks the Role of deploy/rbac.yaml: pre-staging goes on as before the
-        bound, and says so). API faults are retried; the turn never waits for any of this."""
+        identity lacks the grant the source names: pre-staging goes on as before the bound,
+        after the jitter, and says so). API faults are retried; the turn never waits for any
+        of this."""
         failures = 0
         while True:
             try:
@@ -341,8 +350,7 @@ class Prestager:
                     error: Exception = exc
                 else:
                     jitter = f"{self.options.jitter:g}"
-                    note = (f"pre-pulls of {name} not bounded: {exc} (the Role "
-                            "image-mode-agent-prepull and nodes list of deploy/rbac.yaml); "
+                    note = (f"pre-pulls of {name} not bounded: {exc} ({self.source.grant}); "
                             f"pre-pulling after a random delay up to {jitter} s")  # fmt: skip
                     self.log.warning(note)
                     await self.events.emit("PrestageUnbounded", note, warning=True)

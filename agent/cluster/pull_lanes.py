@@ -107,10 +107,11 @@ class PullLane:
             raise
 
     # -- taking ----------------------------------------------------------------------------
-    async def _write_taken(self, lease: dict[str, Any] | None, record: LaneRecord | None) -> bool:
+    async def _write_taken(self, lease: dict[str, Any] | None, record: LaneRecord | None,
+                           through: frozenset[int] = frozenset()) -> bool:  # fmt: skip
         body = taken(lease, record, name=self.name, namespace=self.namespace, pool=self.pool,
-                     me=self.me, queue=self.queue, duration=self.duration,
-                     now=micro_time())  # fmt: skip
+                     me=self.me, queue=self.queue, duration=self.duration, now=micro_time(),
+                     through=through)  # fmt: skip
         try:
             if lease is None:
                 self.lease = await self.api.post(self.collection, body)
@@ -148,7 +149,7 @@ class PullLane:
                 self.lease = lease
                 return decision.why
             if decision.verdict == Verdict.TAKE:
-                if await self._write_taken(lease, record):
+                if await self._write_taken(lease, record, decision.through):
                     self.log.info("lane taken", why=decision.why, rank=self.queue.rank)
                     return decision.why
                 await self._wait(1.0)  # lost the race: the watch brings the winner's record
@@ -219,9 +220,10 @@ class PullLane:
         raise LaneLost(f"{self.name}: renewal kept conflicting")
 
     async def release(self, *, passed: bool) -> None:
-        """Give the lane back and, when this node's pull is over, say so for its successor
-        (also when it never held the lane: the turn pulled without it). Best effort: on
-        failure the hold simply expires."""
+        """Give the lane back and, when this node is through (its pull is over, or its turn
+        came while another node held the lane: it pulls at its turn, out of the queue), say so
+        for the nodes after it. Best effort: on failure the hold simply expires (and a mark
+        not written is skipped after `skip_after`)."""
         try:
             for _ in range(5):
                 lease = await self._read()

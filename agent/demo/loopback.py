@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,9 +68,15 @@ async def stop_processes(procs: list[asyncio.subprocess.Process]) -> None:
                 await proc.wait()
 
 
-def make_host(base: Path) -> tuple[SimulatedHost, dict[str, str]]:
-    """A simulated host booted on v1 with a health check, and the images it can pull."""
-    sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", {"usr/lib/app/healthy": "yes"})
+def make_host(
+    base: Path, os_files: Mapping[str, str] | None = None
+) -> tuple[SimulatedHost, dict[str, str]]:
+    """A simulated host booted on v1 with a health check, and the images it can pull.
+    `os_files` (path under the root -> text): what every one of its images ships besides the
+    app, e.g. the OS's own units that a rendered config enables without giving their contents."""
+    healthy = {**(os_files or {}), "usr/lib/app/healthy": "yes"}
+    broken = {**healthy, "usr/lib/app/healthy": "no"}
+    sim = SimulatedHost.create(base / "host", f"{IMAGE}:v1", healthy)
     check = sim.root / "etc/image-mode-agent/check/required.d/50-app"
     check.parent.mkdir(parents=True)
     check.write_text(CHECK)
@@ -77,9 +84,9 @@ def make_host(base: Path) -> tuple[SimulatedHost, dict[str, str]]:
     digest = sim.status_document()["status"]["booted"]["image"]["imageDigest"]
     images = {
         "v1": f"{IMAGE}@{digest}",
-        "v2": sim.add_image(f"{IMAGE}:v2", {"usr/lib/app/healthy": "yes"}),
-        "bad": sim.add_image(f"{IMAGE}:v3", {"usr/lib/app/healthy": "no"}),
-        "slow": sim.add_image(f"{IMAGE}:v4-slow", {"usr/lib/app/healthy": "yes"}, pull_seconds=4),
+        "v2": sim.add_image(f"{IMAGE}:v2", healthy),
+        "bad": sim.add_image(f"{IMAGE}:v3", broken),
+        "slow": sim.add_image(f"{IMAGE}:v4-slow", healthy, pull_seconds=4),
         "missing": f"{IMAGE}@sha256:" + "9" * 64,
     }
     return sim, images

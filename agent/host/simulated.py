@@ -23,7 +23,12 @@ whose layers are all cached fetches nothing and contacts no registry (§2).
 A reboot only marks the host; `boot()` (run when the next agent process starts, as a machine
 boots before its services) makes an unlocked staged deployment the booted one, discards a
 locked one, or falls back to the old one when the image or the host was marked to fail that
-boot.
+boot. A soft reboot enters the staged deployment only where bootc prepared /run/nextroot for
+it (`--soft-reboot auto` on `upgrade --from-downloaded`, from 1.12, as the agent asks at its
+turn; or the hazard of `upgrade --download-only --soft-reboot`, `prepare_soft_reboot`); with
+nothing prepared it restarts userspace into the booted deployment again, as systemd does.
+Every stage, a rollback that drops the staged deployment, `ostree admin prepare-soft-reboot
+--reset` and any full reboot (/run is a tmpfs) clear what was prepared.
 
 Signatures: an image may be `signed_by` key files (paths, as policy.json names them). A stage
 told to enforce reads root/etc/containers/policy.json (or the stage's own policy) and answers
@@ -191,7 +196,9 @@ class SimulatedHost:
     ) -> str:
         """Put an image into the registry; returns its digest-pinned reference.
         `soft_reboot_capable`: staged, it may be entered by a soft reboot (same kernel).
-        `signed_by`: the key files (as policy.json names them) whose signatures it carries."""
+        `signed_by`: the key files (as policy.json names them) whose signatures it carries.
+        A `ref` pinned by digest keeps that digest (a host booted on a config's osImageURL,
+        say a real controller's rendered config); otherwise the digest is the manifest's."""
         image = parse_image_ref(ref)
         manifest = {"name": image.name, "tag": image.tag, "files": files, "boot_fails": boot_fails}
         if signed_by:
@@ -200,7 +207,7 @@ class SimulatedHost:
             manifest["pull_seconds"] = pull_seconds
         if soft_reboot_capable:
             manifest["soft_reboot_capable"] = True
-        digest = (
+        digest = image.digest or (
             "sha256:" + hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
         )
         registry = self._registry()
@@ -347,10 +354,32 @@ class SimulatedHost:
             target.chmod(0o755)
 
     def boot(self) -> bool:
-        """Complete a pending reboot, if any; returns whether the host booted."""
+        """Complete a pending reboot, if any; returns whether the host booted.
+
+        A full reboot boots by the bootloader: a queued rollback, else an unlocked staged
+        deployment (unless its boot fails), while a locked one is discarded; /run is a tmpfs,
+        so a prepared soft reboot (`nextroot`) is lost. A soft reboot restarts userspace on
+        the same kernel (same boot ID, SoftRebootsCount + 1) into /run/nextroot when bootc
+        prepared it (`nextroot`, see `SimulatedBootc.unlock_staged`): the staged deployment's
+        userspace, locked or not (ostree's `deployment_set_soft_reboot` does not check the
+        lock: https://github.com/ostreedev/ostree/blob/46204655/src/libostree/ostree-sysroot-deploy.c#L4452-L4508).
+        With nothing prepared, systemd re-executes the same root: the
+        booted deployment again, the staged one still staged (and still locked if it was; an
+        unlocked one may be finalized at that shutdown, which changes nothing here: the next
+        full reboot boots it either way), and the node needs a full reboot to boot it."""
         state = self._state()
         if not state.get("reboot_pending"):
             return False
+        soft = state["reboot_pending"] == "soft"
+        nextroot = state.pop("nextroot", None)  # consumed by a soft reboot, lost at a full one
+        if soft and not _prepared(state, nextroot):
+            state.update(soft_reboots=state.get("soft_reboots", 0) + 1, boots=state["boots"] + 1,
+                         reboot_pending=None)  # fmt: skip
+            write_json(self._state_path, state)
+            booted = state["booted"]
+            ref = booted["ref"] if "@" in booted["ref"] else f"{booted['ref']}@{booted['digest']}"
+            self.log_action("boot", f"soft reboot with nothing prepared: booted again {ref}")
+            return True
         images = self._registry()["images"]
         old = state["booted"]
         note = "booted"
@@ -358,7 +387,7 @@ class SimulatedHost:
             state["booted"], state["rollback"] = state["rollback"], state["booted"]
             state["staged"] = None
             note = "booted rollback"
-        elif (state.get("staged") or {}).get("locked"):
+        elif (state.get("staged") or {}).get("locked") and not soft:
             # Download-only: not finalized at shutdown, so this boot drops it; its layers stay
             # cached (until a GC, which is not modelled).
             note = f"staged deployment {state['staged']['ref']} discarded (download-only); booted"
@@ -370,8 +399,9 @@ class SimulatedHost:
                 state["staged"] = None
                 note = f"boot of {staged['ref']} failed; bootloader fell back"
             else:
+                if staged.get("locked"):  # the §6 hazard: a locked deployment's userspace runs
+                    note = "soft reboot into the locked (download-only) staged deployment; booted"
                 state["rollback"], state["booted"], state["staged"] = old, staged, None
-        soft = state["reboot_pending"] == "soft"
         state.update(
             # A soft reboot restarts userspace on the same kernel: same boot ID, and systemd
             # counts it in SoftRebootsCount.
@@ -388,6 +418,47 @@ class SimulatedHost:
         ref = booted["ref"] if "@" in booted["ref"] else f"{booted['ref']}@{booted['digest']}"
         self.log_action("boot", f"{note} {ref}")
         return True
+
+    def soft_reboot_prepared(self) -> str | None:
+        """What /run/nextroot holds: "staged" (bootc prepared a soft reboot into the staged
+        deployment), or None. (The agent never soft-reboots into a rollback: not modelled.)"""
+        return self._state().get("nextroot")
+
+    def prepare_soft_reboot(self) -> bool:
+        """What `bootc upgrade --download-only --soft-reboot=auto` does beside locking (and any
+        `--soft-reboot=auto` an admin passes): /run/nextroot prepared for the staged deployment,
+        locked or not (the hazard the agent never creates), where this release has
+        `--soft-reboot` and the entry is softRebootCapable. Returns whether it was prepared
+        (`auto` falls back silently). See
+        https://github.com/bootc-dev/bootc/blob/v1.16.9/crates/lib/src/cli.rs#L1386-L1393
+        """
+        state = self._state()
+        staged = state.get("staged")
+        meta = self._registry()["images"].get((staged or {}).get("digest", ""), {})
+        if "soft-reboot" not in self.features() or not meta.get("soft_reboot_capable"):
+            return False
+        state["nextroot"] = "staged"
+        write_json(self._state_path, state)
+        self.log_action("bootc", "upgrade --download-only --soft-reboot auto")
+        return True
+
+    def reset_soft_reboot(self) -> None:
+        """`ostree admin prepare-soft-reboot --reset`: /run/nextroot cleared."""
+        state = self._state()
+        if state.pop("nextroot", None) is not None:
+            write_json(self._state_path, state)
+        self.log_action("ostree", "admin prepare-soft-reboot --reset")
+
+    def systemctl_reboot(self) -> None:
+        """A reboot someone else asks for (an admin, kured): `systemctl reboot`, which systemd
+        (>= 256) turns into a soft reboot when /run/nextroot is prepared (bootc-runtime.md §5).
+        The agent's own reboot goes through logind's Reboot, which never does
+        (SimulatedSystem.reboot)."""
+        state = self._state()
+        soft = _prepared(state, state.get("nextroot"))
+        state["reboot_pending"] = "soft" if soft else "hard"
+        write_json(self._state_path, state)
+        self.log_action("reboot", "soft-reboot" if soft else "reboot")
 
     # -- ports ---------------------------------------------------------------------------
     def status_document(self) -> dict[str, Any]:
@@ -545,6 +616,10 @@ class SimulatedBootc:
             return 0
         fetched = await self._pull(image.digest, meta, on_progress, verb="stage", locked=locked)
         state = self.sim._state()
+        # Every stage resets a prepared soft reboot ("Staging always resets soft reboot
+        # state": https://github.com/ostreedev/ostree/blob/462046551181b14c91668eb5378a70ba18607ddd/src/libostree/ostree-sysroot-deploy.c#L3833):
+        # only a later `--soft-reboot` prepares the new one.
+        state.pop("nextroot", None)
         if state["booted"]["digest"] == image.digest:
             state["staged"] = None  # switching to the booted image drops a staged one
         else:
@@ -726,18 +801,29 @@ class SimulatedBootc:
         awaits stage(), and the layer cache keeps what it fetched."""
 
     async def unlock_staged(self, *, soft: bool = False) -> bool:
-        """`bootc upgrade --from-downloaded`: the next boot applies the staged deployment.
-        Returns whether it was locked (a soft reboot needs no preparing here; the engine asks
-        for one only where this release could prepare it)."""
+        """As the real adapter asks this release's bootc (host/bootc.py): `bootc upgrade
+        --from-downloaded` (>= 1.12) where the staged deployment is locked, and with `soft`
+        where the staged entry is softRebootCapable, `--soft-reboot auto`, which prepares
+        /run/nextroot for it (it unlocks nothing else): only then does a soft reboot
+        enter it (`SimulatedHost.boot`). Before 1.12 nothing is asked: nothing staged is
+        locked, and no soft reboot is prepared. Returns whether bootc was asked. See
+        https://github.com/bootc-dev/bootc/blob/v1.16.9/crates/lib/src/cli.rs#L1241-L1257
+        """
+        caps = await self.capabilities()
+        status = await self.status()
         state = self.sim._state()
         staged = state["staged"]
-        if staged is None:
+        if staged is None or status.staged is None:
             raise HostError("error: Upgrading: No staged deployment found", kind="no-staged")
-        if not staged.get("locked"):
+        want_soft = soft and caps.soft_reboot_at_turn and status.staged.soft_reboot_capable
+        if not (staged.get("locked") or want_soft) or not caps.upgrade_from_downloaded:
             return False
         staged["locked"] = False
+        if want_soft:
+            state["nextroot"] = "staged"
         write_json(self.sim._state_path, state)
-        self.sim.log_action("bootc", "upgrade --from-downloaded")
+        flags = " --soft-reboot auto" if want_soft else ""
+        self.sim.log_action("bootc", f"upgrade --from-downloaded{flags}")
         return True
 
     async def config_diff(self) -> str:
@@ -756,6 +842,9 @@ class SimulatedBootc:
         if not state.get("rollback"):
             raise HostError("error: No rollback available", kind="rollback")
         state["staged"] = None
+        # ostree clears a soft reboot into a deployment it drops:
+        # https://github.com/ostreedev/ostree/blob/462046551181b14c91668eb5378a70ba18607ddd/src/libostree/ostree-sysroot-deploy.c#L2893-L2907
+        state.pop("nextroot", None)
         state["rollback_queued"] = not state["rollback_queued"]
         write_json(self.sim._state_path, state)
         self.sim.log_action("bootc", "rollback")
@@ -804,3 +893,8 @@ def _features(version: str) -> frozenset[str]:
         return features_of(version)
     except ValueError as exc:
         raise HostError(f"simulated bootc: {exc}", kind="input") from None
+
+
+def _prepared(state: dict[str, Any], nextroot: str | None) -> bool:
+    """Whether /run/nextroot (`nextroot`) holds a staged deployment to enter."""
+    return nextroot == "staged" and state.get("staged") is not None

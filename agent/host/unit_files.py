@@ -3,9 +3,10 @@
 
 systemd looks a unit up in /etc, then /run, then /usr/lib (lookup-paths.c); a unit is masked
 where its name there is a link to /dev/null, enabled where a `.wants/` or `.requires/` link of
-it exists, and otherwise `disabled` when it has an [Install] section to enable it by, `static`
-when not, `not-found` with no file at all. The same enablement links `systemctl enable`
-writes, so a drift monitor watching /etc/systemd/system sees them appear."""
+it exists or an alias link to it (`Alias=`, a link of another name to its file), and otherwise
+`disabled` when it has an [Install] section to enable it by, `static` when not, `not-found`
+with no file at all. The same enablement links `systemctl enable` writes, so a drift monitor
+watching /etc/systemd/system sees them appear."""
 
 from __future__ import annotations
 
@@ -25,12 +26,23 @@ def _masked(path: Path) -> bool:
         return False
 
 
+def _aliases(entry: Path, name: str) -> bool:
+    """Whether `entry` is an alias link of unit `name`: another name, linked to its file."""
+    try:
+        return entry.name != name and os.path.basename(os.readlink(entry)) == name
+    except OSError:
+        return False
+
+
 def _linked(directory: Path, name: str) -> bool:
     try:
         entries = list(directory.iterdir())
     except OSError:
         return False
-    return any(entry.name.endswith(_LINK_DIRS) and (entry / name).is_symlink() for entry in entries)
+    return any(
+        (entry.name.endswith(_LINK_DIRS) and (entry / name).is_symlink()) or _aliases(entry, name)
+        for entry in entries
+    )
 
 
 def _has_install(path: Path) -> bool:

@@ -85,6 +85,15 @@ class HypershiftOptions:
     prestage: PrestageOptions = field(default_factory=PrestageOptions)
 
 
+def refusal_lift_message(refused: str, lift: int, window: float, retry: float,
+                         cause: str) -> str:  # fmt: skip
+    """The Event of one lift of a refusal's Degraded (see the module's docstring)."""
+    return (f"Lift {lift}: Degraded lifted for {window:g} s so that the in-place upgrader, "
+            f"halted by the refused target {refused}, can publish a new one; Degraded again "
+            f"after it unless the target changes, and lifted again every {retry:g} s "
+            f"(--refused-retry). Refused: {cause}")  # fmt: skip
+
+
 class HypershiftAgent:
     def __init__(self, node_api: Kube, host: Host, allowlist: Allowlist,
                  options: HypershiftOptions, board: StatusBoard | None = None) -> None:  # fmt: skip
@@ -108,7 +117,9 @@ class HypershiftAgent:
                              soft_reboot=options.soft_reboot)  # fmt: skip
         self.prestager: Prestager | None = None
         if options.prestage.mode == "pool" and not options.dry_run:
-            source = NodePoolTarget(lambda: self.configmap, self._desired)
+            source = NodePoolTarget(lambda: self.configmap, self._desired, api=node_api,
+                                    node_name=self.name, place=self._nodepool_place,
+                                    options=options.prestage)  # fmt: skip
             self.prestager = Prestager(self.node, self.engine, self.events, self.board.metrics,
                                        source, options.prestage)  # fmt: skip
         counter = node_api.counter
@@ -116,6 +127,7 @@ class HypershiftAgent:
         metric.labels("node-get").set_function(lambda: counter.reads)
         metric.labels("node-write").set_function(lambda: counter.writes)
         self._refused: str | None = None  # the target hash of a refusal that holds the NodePool
+        self._lifts: tuple[str | None, int] = (None, 0)  # lifts of that refusal so far
         self._retrying: str | None = None  # the Desired.key of an update failed retryably
 
     def _changed(self) -> None:
@@ -149,6 +161,19 @@ class HypershiftAgent:
             ))  # fmt: skip
         default_namespace, default_name = upgrade_objects(nodepool)
         return namespace or default_namespace, name or default_name
+
+    def _nodepool_place(self) -> tuple[str, str] | None:
+        """The NodePool this node is in and its upgrade namespace, where the pre-pull lanes
+        live; None when the Node names no NodePool (flags alone say where the ConfigMap is)."""
+        labels = ((self.node.obj or {}).get("metadata") or {}).get("labels") or {}
+        nodepool = labels.get(NODEPOOL_LABEL)
+        if not nodepool:
+            return None
+        try:
+            namespace, _ = self._configmap_location()
+        except Unusable:
+            return None
+        return nodepool, namespace
 
     def _follow_configmap(self) -> ObjectWatch:
         namespace, name = self._configmap_location()
@@ -206,8 +231,19 @@ class HypershiftAgent:
         if refused is None or node.get(A.STATE) != DEGRADED or node.desired_config != refused:
             return
         cause = node.get(A.REASON) or ""
-        self.log.info("refusal holds the NodePool; looking for a new target", config=refused)
+        lift = self._lifts[1] + 1 if self._lifts[0] == refused else 1
+        self._lifts = (refused, lift)
+        self.log.info("refusal holds the NodePool; looking for a new target", config=refused,
+                      lift=lift)  # fmt: skip
         with contextlib.suppress(KubeError, *TRANSIENT):
+            # Each lift is its own Event (the lift's number makes it distinct): whoever sees
+            # the NodePool's degraded message clear and come back finds why beside it.
+            await self.events.emit(
+                "RefusalLifted",
+                refusal_lift_message(
+                    refused, lift, self.options.probe_window, self.options.refused_retry, cause
+                ),
+            )
             await self._set(state="Working", reason=f"looking for a new NodePool target; {cause}")
             with contextlib.suppress(TimeoutError):
                 await self.node.wait_for(
@@ -372,6 +408,8 @@ class HypershiftAgent:
         and wait for its acknowledgement."""
         config_hash = desired.config.name
         request = f"drain-{config_hash}"
+        if self.prestager is not None:  # the lane passes on: the next pre-pull overlaps this drain
+            await self.prestager.turn_staged()
         await self.events.emit("OSUpdateStaged", f"Changes to OS staged: {desired.target}")
         await self.events.emit("Drain", f"Draining node to update config {config_hash}")
         node = A.NodeView.of(self.node.obj or {})

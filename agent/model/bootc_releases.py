@@ -28,8 +28,9 @@ FEATURES: dict[str, tuple[str, str]] = {
     "switch-from-downloaded": ("1.16.10", "switch --from-downloaded: PR #2342, release v1.16.10"),
 }
 
-# The releases the stand-ins speak; the newest is the default persona.
-PERSONAS: tuple[str, ...] = ("1.6.0", "1.12.0", "1.15.0", "1.16.9", "1.16.10")
+# The releases the stand-ins speak; the newest is the default persona. 1.11.0 speaks for 1.7 to
+# 1.11: `--soft-reboot` without `upgrade --from-downloaded`, so no soft reboot at the turn.
+PERSONAS: tuple[str, ...] = ("1.6.0", "1.11.0", "1.12.0", "1.15.0", "1.16.9", "1.16.10")
 DEFAULT_PERSONA = PERSONAS[-1]
 
 

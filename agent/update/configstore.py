@@ -72,6 +72,22 @@ class ConfigStore:
         theirs = self._parse(Path(where), data)
         return theirs if own != theirs else own
 
+    def external_differs(self) -> tuple[MachineConfig, bytes] | None:
+        """The other record's config and document when this store has a current config of its
+        own and the other record holds a different one: someone else (the MCD) applied it
+        after this agent last recorded its own, or this agent's commit was cut off between the
+        two records (see the class). None otherwise, and always on a first takeover, which
+        leaves no record of this store's own."""
+        if self.external is None:
+            return None
+        own = self._read(self.current_path)
+        found = self.external() if own is not None else None
+        if found is None:
+            return None
+        data, where = found
+        theirs = self._parse(Path(where), data)
+        return None if theirs == own else (theirs, data)
+
     def has_external(self) -> bool:
         """Whether the other record of the current config (see the class) holds one."""
         return self.external is not None and self.external() is not None

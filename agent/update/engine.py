@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from agent.core.desired import Desired
-from agent.core.plan import CORE, Plan, live_changes, plan_update
+from agent.core.plan import CORE, LiveStep, Plan, live_changes, live_summary, plan_update
 from agent.core.policy import BUILTIN_POLICY, LivePolicy
 from agent.core.trust import StageTrust, changes_trust, stage_trust
 from agent.core.verify import AfterBoot, BootFacts, decide_after_boot
@@ -111,6 +111,33 @@ class Engine:
         """Record `document` as the config the host runs, when none is recorded yet."""
         self.configs.record_current(document)
 
+    def follow_external(self) -> str | None:
+        """The MCD's "disk is truth", which it applies at every start: when the other
+        record of the current config (`external_current`, the MCD's) holds a config that was
+        applied after this agent last recorded its own, that config is the current one. The
+        journal names it first, with no image of its own (callers read the MCD's record,
+        then the config's osImageURL), so a crash before the rest finds it newer again; then
+        it is recorded as this agent's own, and an update left in flight here is dropped,
+        never resumed over it (that would take the node back to an older config). Returns
+        its name; None when nothing changed."""
+        found = self.configs.external_differs()
+        if found is None:
+            return None
+        config, document = found
+        rec = self.journal.load()
+        if rec.phase == Phase.COMMITTING and config == self.configs.pending():
+            return None  # this agent's own commit, cut off between the two records
+        dropped = rec.config_name if rec.phase in IN_FLIGHT else None
+        self._save(Record(failed=rec.failed, failed_causes=rec.failed_causes,
+                          verified_pull=rec.verified_pull, current_name=config.name))  # fmt: skip
+        self.configs.record_current(document)
+        self.configs.drop_pending()
+        self._event(f"{config.name} was applied after this agent last ran here (the MCD's "
+                    "on-disk config): it is the current config"
+                    + (f"; the update to {dropped} left in flight is dropped" if dropped
+                       else ""))  # fmt: skip
+        return config.name
+
     def _pending(self) -> Desired:
         config, data = self.configs.pending_recorded()  # HostError naming the file if unusable
         rec = self.journal.load()
@@ -149,6 +176,8 @@ class Engine:
         """Move the host one whole update toward `desired`, or finish the one in flight.
         `force` (the MCD's force file): every live file of `desired` is written again, and
         its image staged if another one is booted."""
+        if not dry_run:
+            self.follow_external()
         rec = self.journal.load()
         if dry_run:
             return await self._dry_run(rec, desired)
@@ -227,34 +256,46 @@ class Engine:
                 current_image=rec.current_image,
             )
         )
-        self._event(f"update to {name}: {plan.verdict} ({', '.join(plan.reasons[:3])})")
+        self._event(f"update to {name}: {plan.verdict} ({plan.summary()})")
         return await self._execute(rec, desired, plan)
 
-    async def _execute(self, rec: Record, desired: Desired, plan: Plan) -> Outcome:
-        """Run `plan` from the APPLYING_LIVE phase on."""
-        await self._apply_live(plan)
+    async def _execute(
+        self, rec: Record, desired: Desired, plan: Plan, *, resumed: bool = False
+    ) -> Outcome:
+        """Run `plan` from the APPLYING_LIVE phase on. `resumed`: a run of it was cut off, so
+        files it wrote then are as wanted now and their follow-ups may not have run."""
+        await self._apply_live(plan, resumed=resumed)
         if plan.verdict != "image":
             return await self._commit(rec.to(Phase.COMMITTING), plan)
         return await self._stage(rec.to(Phase.STAGING), plan)
 
-    async def _apply_live(self, plan: Plan) -> None:
+    async def _apply_step(self, step: LiveStep) -> bool:
+        """One live step; whether it changed the host (a file whose bytes, mode and owner
+        match already is not written, so no watcher wakes and no mtime moves)."""
         files = self.host.files
+        if step.kind == "ssh-keys":
+            for folder in ("/home/core/.ssh", "/home/core/.ssh/authorized_keys.d"):
+                await asyncio.to_thread(files.ensure_dir, folder, mode=0o700, user=CORE,
+                                        group=CORE)  # fmt: skip
+        if step.kind == "password":
+            return await asyncio.to_thread(files.set_password_hash, "core",
+                                           step.contents.decode())  # fmt: skip
+        if step.action == "write":
+            return await asyncio.to_thread(
+                files.write, step.path, step.contents,
+                mode=step.mode, user=step.user, group=step.group,
+            )  # fmt: skip
+        return await asyncio.to_thread(files.delete, step.path)
+
+    async def _apply_live(self, plan: Plan, *, resumed: bool = False) -> None:
+        files = self.host.files
+        changed: list[LiveStep] = []
         for i, step in enumerate(plan.live):
-            if step.kind == "ssh-keys":
-                for folder in ("/home/core/.ssh", "/home/core/.ssh/authorized_keys.d"):
-                    await asyncio.to_thread(
-                        files.ensure_dir, folder, mode=0o700, user=CORE, group=CORE
-                    )
-            if step.kind == "password":
-                await asyncio.to_thread(files.set_password_hash, "core", step.contents.decode())
-            elif step.action == "write":
-                await asyncio.to_thread(
-                    files.write, step.path, step.contents,
-                    mode=step.mode, user=step.user, group=step.group,
-                )  # fmt: skip
+            if await self._apply_step(step):
+                changed.append(step)
+                self.log.info("live write", path=step.path, action=step.action)  # no contents
             else:
-                await asyncio.to_thread(files.delete, step.path)
-            self.log.info("live write", path=step.path, action=step.action)  # never contents
+                self.log.debug("live file as desired already", path=step.path)
             self._did(f"live:{i}")
         for step in plan.live:
             # /etc is 3-way merged from the image's /usr/etc: a file we manage live that the
@@ -265,11 +306,13 @@ class Engine:
             ):
                 self._event(f"warning: {step.path} is managed live but the booted image also "
                             f"ships /usr{step.path}: the image's version is shadowed")  # fmt: skip
-        for action in plan.follow_ups:
+        # Only what a change asks for, except after a cut-off run, whose writes may be done
+        # and their follow-ups not.
+        for action in (plan if resumed else Plan(plan.verdict, live=tuple(changed))).follow_ups:
             await self.host.system.perform(action)
             self._did(f"action:{action}")
         if plan.live:
-            self._event(f"applied {len(plan.live)} live change(s) with no reboot")
+            self._event(live_summary(plan, changed))
 
     async def _stage(self, rec: Record, plan: Plan | None = None) -> Outcome:
         rec = self._save(rec)
@@ -481,7 +524,7 @@ class Engine:
                     reason = "; ".join(plan.reasons)
                     self._save(rec.to(Phase.UNRECONCILABLE, cause=reason))
                     return Outcome(UNRECONCILABLE, reason, plan=plan)
-                return await self._execute(rec, pending, plan)
+                return await self._execute(rec, pending, plan, resumed=True)
             case Phase.STAGING:
                 return await self._stage(rec)
             case Phase.COMMITTING:
@@ -540,7 +583,7 @@ class Engine:
             return
         steps = live_changes(pending, current, self.policy)
         if steps:
-            await self._apply_live(Plan("live", live=steps))
+            await self._apply_live(Plan("revert", live=steps))
             self._event(f"reverted {len(steps)} live change(s) to {current.name}")
 
     async def _degrade(self, rec: Record, cause: str) -> Outcome:

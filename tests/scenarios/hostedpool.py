@@ -41,6 +41,7 @@ from tests.scenarios.hypershift_standin import (
     Drainer,
     HostedNodePool,
     InPlaceUpgrader,
+    Listing,
 )
 from tests.scenarios.pool import MccCluster, NodeHost, Sample
 from tests.scenarios.rest import AdminClient, follow
@@ -83,13 +84,22 @@ class HostedBackend(AdminClient):
         raise NotImplementedError
 
 
+HYPERSHIFT_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "hypershift" / "rbac.yaml"
+
+
 @dataclass
 class StandInHosted(HostedBackend):
-    """The loopback API server with the upgrader (one per NodePool) and drainer stand-ins."""
+    """The loopback API server with the upgrader (one per NodePool) and drainer stand-ins.
+    `rbac`: a manifest applied for each NodePool beside the kit's grant (HYPERSHIFT_RBAC:
+    what the operations guide has the operator apply; None: the kit's grant only, as hcp-up
+    makes it and the conformance tier runs). `listing`: the order the upgrader's cache lists
+    the Machines in (hypershift_standin.InPlaceUpgrader)."""
 
     base: Path
     drain_delay: float = 0.05
     upgrader_delay: float = 0.01
+    rbac: Path | None = None
+    listing: Listing | None = None
     kube: FakeKube = field(default_factory=lambda: FakeKube(bookmark_interval=0.5))
     pools: dict[str, HostedNodePool] = field(default_factory=dict)
     upgraders: dict[str, InPlaceUpgrader] = field(default_factory=dict)
@@ -112,9 +122,10 @@ class StandInHosted(HostedBackend):
 
     async def hcp_up(self, nodepool: str, nodes: int, max_unavailable: int) -> list[str]:
         pool = HostedNodePool.create(self.kube, nodepool, nodes, self.base,
-                                     max_unavailable=max_unavailable)  # fmt: skip
+                                     max_unavailable=max_unavailable, rbac=self.rbac)  # fmt: skip
         self.pools[nodepool] = pool
-        upgrader = InPlaceUpgrader(self.kube, pool, delay=self.upgrader_delay)
+        upgrader = InPlaceUpgrader(self.kube, pool, delay=self.upgrader_delay,
+                                   listing=self.listing)  # fmt: skip
         self.upgraders[nodepool] = upgrader
         upgrader.start()
         return list(pool.nodes)
@@ -167,6 +178,9 @@ class HostedPool:
     logs: bool = False  # each agent's info log into BASE/logs/NODE.log (JSON lines)
     daemon_command: DaemonCommand | None = None  # instead of the agent (harness tests)
     targets: dict[str, float] = field(default_factory=dict)  # hash -> when it was set
+    # Seconds a simulated reboot keeps the node down before its agent starts again (as
+    # pool.py's MccCluster): a real reboot takes a while; 0 restarts it at once.
+    reboot_seconds: float = 0.0
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     # The same as a pool's: they only read `nodes`, `samples`, `base`.
@@ -182,7 +196,8 @@ class HostedPool:
                      nodepool: str = "np", os_image: str | None = None,
                      initial: dict[str, Any] | None = None, agent_args: list[str] | None = None,
                      logs: bool = False, daemon_command: DaemonCommand | None = None,
-                     backend: HostedBackend | None = None) -> HostedPool:  # fmt: skip
+                     backend: HostedBackend | None = None,
+                     reboot_seconds: float = 0.0) -> HostedPool:  # fmt: skip
         """The NodePool on `backend` (default: the stand-ins on a new loopback server), its
         hosts booted on v1 and provisioned with `initial` (default: a MachineConfig with
         osImageURL `os_image`, default v1 by digest, and nothing else). Agents are not started
@@ -190,7 +205,7 @@ class HostedPool:
         backend = backend or StandInHosted(base / "cluster")
         await backend.up()
         pool = cls(backend, base, nodepool, agent_args=list(agent_args or []), logs=logs,
-                   daemon_command=daemon_command)  # fmt: skip
+                   daemon_command=daemon_command, reboot_seconds=reboot_seconds)  # fmt: skip
         try:
             await pool._prepare(nodes, max_unavailable, os_image, initial)
         except BaseException:
@@ -272,6 +287,8 @@ class HostedPool:
             if rc != 3:
                 node.bad_exits.append(rc)
                 return
+            if self.reboot_seconds > 0:
+                await asyncio.sleep(self.reboot_seconds)
 
     # -- the control plane ----------------------------------------------------------------------
     async def set_target(self, config: bytes | str | dict[str, Any], *, hash: str | None = None,

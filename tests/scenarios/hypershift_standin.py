@@ -11,10 +11,16 @@ observed", "the kit" below):
   `machineconfiguration.openshift.io/*` annotation), Namespace `NP-upgrade`, the node identities
   `system:node:NP-K` with the kit's grant to read ConfigMaps there (its RoleBinding
   `kit-node-read-upgrade-config`), one kubeconfig per Node. No ServiceAccount: the loopback
-  server serves none and admits pods without one.
+  server serves none and admits pods without one. With `rbac` (deploy/hypershift/rbac.yaml),
+  the identities also get exactly what that file grants group system:nodes once NODEPOOL is
+  replaced, as the loopback server's RBAC reads it (agent/demo/fakekube/rbac.py): what an
+  operator following docs/operations.md adds to the kit's grant.
 * `InPlaceUpgrader`: keeps the management side (MachineSet, Machines, token Secrets) in memory
   and plays `hcp-target` (`set_target`); reconciles on every change of its Nodes, as the real
-  one does through nodeToMachineSet (inplaceupgrader.go, reference §2 steps 6-13).
+  one does through nodeToMachineSet (inplaceupgrader.go, reference §2 steps 6-13). It takes
+  the Machines in the order its cache lists them (`listing`; the real cache's is a Go map's,
+  in no fixed order: the kit saw "selection order is the cache's, not the names'"); by default
+  the Machines' order, NP-machine-0 first.
 * `Drainer`: answers `desiredDrain` on any Node (drainer.go:46-154, reference §2 step 16).
 
 Both write through the in-process store API (no identity, no admission), as the machine-config
@@ -46,7 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.demo.fakekube import ApiError, Change, FakeKube, Identity, Rule
+import yaml
+
+from agent.demo.fakekube import ApiError, Change, FakeKube, Identity, Rule, node_rules
 from agent.demo.fakekube.disruption import evict
 from tests.scenarios.hypershift_payload import (
     config_hash,
@@ -112,18 +120,24 @@ class HostedNodePool:
     max_unavailable: int = 1
     cp_namespace: str = CP_NAMESPACE
     infra_id: str = INFRA_ID
+    rbac: tuple[dict[str, Any], ...] = ()  # RBAC documents applied for this NodePool
 
     @classmethod
     def create(cls, kube: FakeKube, name: str, nodes: int, base: Path, *,
-               max_unavailable: int = 1) -> HostedNodePool:  # fmt: skip
+               max_unavailable: int = 1, rbac: Path | None = None) -> HostedNodePool:  # fmt: skip
         """The server must be started: the kubeconfigs carry its port. The same pool twice
-        is refused, as hcp-up refuses it."""
+        is refused, as hcp-up refuses it. `rbac`: a manifest with NODEPOOL to replace (as
+        deploy/hypershift/rbac.yaml's header says), applied beside the kit's grant."""
         if not kube.running:
             raise RuntimeError("start the FakeKube first: the node kubeconfigs carry its port")
         if kube.try_get("nodes", f"{name}-0") is not None:
             raise ValueError(f"nodepool {name} exists already")
+        documents: tuple[dict[str, Any], ...] = ()
+        if rbac is not None:
+            text = Path(rbac).read_text().replace("NODEPOOL", name)
+            documents = tuple(d for d in yaml.safe_load_all(text) if d)
         pool = cls(kube, name, [f"{name}-{k}" for k in range(nodes)], Path(base),
-                   max_unavailable)  # fmt: skip
+                   max_unavailable, rbac=documents)  # fmt: skip
         pool.base.mkdir(parents=True, exist_ok=True)
         kube.put({"apiVersion": "v1", "kind": "Namespace",
                   "metadata": {"name": pool.upgrade_namespace}})  # fmt: skip
@@ -143,13 +157,15 @@ class HostedNodePool:
     def machine(self, node: str) -> str:
         return f"{self.name}-machine-{self.nodes.index(node)}"
 
-    def node_rules(self) -> list[Rule]:
-        """The kit's Role `kit-node-read-upgrade-config`, bound to group system:nodes."""
-        return [Rule(verb, "", "configmaps", namespace=self.upgrade_namespace)
-                for verb in ("get", "list", "watch")]  # fmt: skip
+    def node_rules(self, node: str = "") -> list[Rule]:
+        """The kit's Role `kit-node-read-upgrade-config`, bound to group system:nodes, and
+        what `rbac` grants the node's kubelet."""
+        kit = [Rule(verb, "", "configmaps", namespace=self.upgrade_namespace)
+               for verb in ("get", "list", "watch")]  # fmt: skip
+        return [*kit, *(r for r in node_rules(self.rbac, node) if r not in kit)]
 
     def identity(self, node: str) -> Identity:
-        return self.kube.node_identity(node, self.node_rules())
+        return self.kube.node_identity(node, self.node_rules(node))
 
     def kubeconfig(self, node: str) -> Path:
         return self.base / f"node-{node}.kubeconfig"
@@ -268,6 +284,10 @@ class MachineSet:
     data_secret_name: str  # spec.template.spec.bootstrap.dataSecretName
 
 
+# The order the upgrader's cache lists the Machines in.
+Listing = Callable[[list[Machine]], list[Machine]]
+
+
 def needs_upgrade(node: dict[str, Any], target: str) -> bool:
     """Not done with `target` (inplaceupgrader.go:708-724, reference §2 step 8)."""
     a = annotations(node)
@@ -357,9 +377,11 @@ class InPlaceUpgrader:
                  release_image: str = RELEASE_IMAGE_DEFAULT,
                  mco_image: str = MCO_IMAGE_DEFAULT, delay: float = 0.01,
                  requeue_after: float = 30.0, payload_requeue: float = 5.0,
-                 backoff_base: float = 0.005, backoff_max: float = 1000.0) -> None:  # fmt: skip
+                 backoff_base: float = 0.005, backoff_max: float = 1000.0,
+                 listing: Listing | None = None) -> None:  # fmt: skip
         self.kube = kube
         self.pool = pool
+        self.listing = listing
         self.release_version = release_version
         self.release_image = release_image
         self.mco_image = mco_image
@@ -555,9 +577,10 @@ class InPlaceUpgrader:
         return self.requeue_after
 
     def _nodes(self) -> list[dict[str, Any]]:
-        """The Machines' nodeRefs, in the Machines' order (the real one: the cache's)."""
+        """The Machines' nodeRefs, in the order the cache lists the Machines (`listing`)."""
         nodes = []
-        for machine in self.machines.values():
+        machines = list(self.machines.values())
+        for machine in self.listing(machines) if self.listing else machines:
             node = self.kube.try_get("nodes", machine.node)
             if node is None:
                 raise ReconcileError(f'error getting node: nodes "{machine.node}" not found')

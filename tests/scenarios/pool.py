@@ -1,6 +1,8 @@
 """A pool's controller driving real agent processes: one simulated host per Node booted on the
-cluster's osImageURL, and one supervisor per Node that restarts the agent after each simulated
-reboot (as systemd would), counting boots. The controller is the real machine-config-controller
+cluster's osImageURL and laid out from the pool's first rendered config as provisioning leaves
+a node (`provision_hosts`: what the machine-config-server serves, laid out by Ignition), and
+one supervisor per Node that restarts the agent after each simulated reboot (as systemd
+would), counting boots. The controller is the real machine-config-controller
 on the kit's kube-apiserver, or the stand-ins of its render, node and drain controllers on the
 project's loopback API server: either is a `PoolBackend` (tests/scenarios/backend.py).
 
@@ -15,6 +17,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,8 @@ from typing import Any
 from agent.demo.loopback import make_host
 from agent.host.simulated import SimulatedHost
 from tests.scenarios.backend import MCO_NS, PoolBackend
-from tests.scenarios.rest import follow, put_object
+from tests.scenarios.mcd_node import OS_UNITS, provision
+from tests.scenarios.rest import AdminClient, follow, put_object
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,7 +124,9 @@ class MccCluster:
 
     async def _prepare(self, workers: int) -> None:
         for k in range(workers):
-            sim, images = make_host(self.base / f"worker-{k}")
+            # Every image ships the OS's own units, which the rendered config enables without
+            # contents (openvswitch.service, ...): the hosts are booted before it is rendered.
+            sim, images = make_host(self.base / f"worker-{k}", os_files=OS_UNITS)
             self.nodes[f"worker-{k}"] = NodeHost(f"worker-{k}", sim, images)
         first = next(iter(self.nodes.values()))
         # The cluster's osImageURL is the image every host booted: no OS update at bootstrap.
@@ -129,12 +135,7 @@ class MccCluster:
         token = await self.cluster.token_for("image-mode-agent")
         user = f"system:serviceaccount:{MCO_NS}:image-mode-agent"
         self.cluster.write_kubeconfig(self.base / "sa.kubeconfig", user, token)
-        for node in self.nodes.values():
-            # What the machine-config-server leaves on a host at its first boot.
-            seed = node.sim.root / "etc/machine-config-daemon/node-annotations.json"
-            seed.parent.mkdir(parents=True, exist_ok=True)
-            keys = ("currentConfig", "desiredConfig", "firstPivotConfig")
-            seed.write_text(json.dumps({**{P + k: rendered for k in keys}, P + "state": "Done"}))
+        await provision_hosts(self.cluster, rendered, [n.sim for n in self.nodes.values()])
         for path, record in (("/api/v1/nodes", self._sample), (MCN_PATH, self._row)):
             self._tasks.append(asyncio.create_task(follow(self.cluster, path, {}, record)))
 
@@ -391,6 +392,20 @@ class MccCluster:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.cluster.down()
+
+
+async def provision_hosts(cluster: AdminClient, rendered: str,
+                          hosts: Iterable[SimulatedHost]) -> None:  # fmt: skip
+    """Each host as a node provisioned into the pool is when its agent first starts: the
+    rendered config and the ControllerConfig, read from the API server as the
+    machine-config-server reads them, served and laid out by Ignition, the first boot's
+    firstboot service done (tests/scenarios/mcd_node.py `provision`). The hosts must be booted
+    on the config's osImageURL, their image shipping the units it enables without contents
+    (OS_UNITS); else NotProvisionable names the unit."""
+    config = await cluster.call("GET", f"{MC_PATH}/{rendered}")
+    controller_config = await cluster.call("GET", f"{CC_PATH}/machine-config-controller")
+    for sim in hosts:
+        provision(sim.root, config, controller_config)
 
 
 @contextlib.asynccontextmanager

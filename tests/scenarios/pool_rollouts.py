@@ -2,12 +2,14 @@
 machine-config-controller on the project's loopback API server (tests/test_pool_scenarios.py,
 the default run) and the real controller on the kit's kube-apiserver
 (tests/conformance/test_mcc.py). Each takes a backend not started yet, a folder of its own and
-a list to append its measured figures to."""
+a list to append its measured figures to. After SCENARIOS, the ones only the stand-ins can
+run (they steer the controller)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import itertools
 import subprocess
 import time
@@ -15,9 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from agent.host.shared_registry import pull_records
+from agent.demo.fakekube import NodeController
+from agent.host.shared_registry import PullRecord, pull_records
 from tests.scenarios.backend import MCO_NS, PoolBackend
+from tests.scenarios.mcd_node import OS_UNITS
 from tests.scenarios.pool import MC_PATH, MCN_COLUMNS, MccCluster, P, bootstrapped, machine_config
+from tests.scenarios.standin import StandInCluster
 
 
 def updated_at(config: str):
@@ -206,7 +211,7 @@ async def pool_target_prestaged_before_each_nodes_turn(
             await mcc.wait_mcn(name, updated_at(r1), f"Updated at {r1}")
 
 
-LANE_FILES = {"usr/lib/app/healthy": "yes"}
+LANE_FILES = {**OS_UNITS, "usr/lib/app/healthy": "yes"}  # the OS's units, as every image
 LANE_IMAGE_BYTES = 64 * 1024 * 1024 * (1 + len(LANE_FILES))  # the simulated image's size
 
 
@@ -225,6 +230,22 @@ async def lanes_image(mcc: MccCluster, base: Path, pull_seconds: float) -> tuple
         await mcc.cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {
             "topology.kubernetes.io/zone": zone}}})  # fmt: skip
     return image, shared
+
+
+def merged_pulls(shared: Path, digest: str) -> list[PullRecord]:
+    """Each host's pull of `digest` in the registry's log, by its start. A pre-pull that the
+    turn adopts is stopped and resumed at once by the simulated bootc (its layers kept): one
+    pull from the first start to the last end. Any other stop would be a pull lost."""
+    merged: dict[str, PullRecord] = {}
+    for r in pull_records(shared, digest):
+        before = merged.get(r.host)
+        if before is not None:
+            assert before.outcome == "cancelled" and before.end is not None, (before, r)
+            assert r.start - before.end < 0.5, (before, r)  # resumed by the turn
+            r = dataclasses.replace(r, start=before.start, fetched=before.fetched + r.fetched)
+        merged[r.host] = r
+    assert all(r.outcome == "done" for r in merged.values()), merged
+    return sorted(merged.values(), key=lambda r: r.start)
 
 
 async def lanes_released(mcc: MccCluster) -> list[dict]:
@@ -439,3 +460,71 @@ SCENARIOS = (
     kubelet_config_refused_then_healed,
     serving_ca_rotation_rewrites_the_kubeconfigs,
 )
+
+
+async def tied_nodes_picked_out_of_name_order_leave_the_queue(
+    cluster: StandInCluster, base: Path, figures: list[str]
+) -> None:
+    """Four Nodes created in the same second (a MachineSet scale-up) tie in the controller's
+    sort: the agents guess their order by name, and the controller (the stand-in's lister
+    order, the device for Go's unstable sort here) picks worker-0, worker-2, worker-1,
+    worker-3. worker-2 is picked while worker-1 pre-pulls through the one lane and worker-3
+    waits: it leaves the queue at its turn, and the lane goes to worker-3 as soon as worker-1 is
+    through, while worker-2 still pulls. Stand-ins only: the real controller's tie cannot be
+    steered. The pool is paused (it still publishes its target) until the first pre-pull runs,
+    so that the first pick comes during it."""
+    picked = ["worker-0", "worker-2", "worker-1", "worker-3"]
+    pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker"
+    # Pulls (6 s) longer than a turn's drain, reboot (2 s) and restart, so that worker-2's turn
+    # comes while worker-1 still pre-pulls; shorter than three of them, so that worker-3's
+    # pre-pull is over by its turn.
+    async with bootstrapped(cluster, base, workers=4, logs=True,
+                            reboot_seconds=2.0) as (mcc, r0):  # fmt: skip
+        for name in mcc.nodes:  # one second for all four, as a scale-up makes them
+
+            def created(node: dict) -> None:
+                node["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+
+            cluster.kube.mutate("nodes", name, created)
+        controller = next(c for c in cluster.controllers if isinstance(c, NodeController))
+        controller.listing = lambda nodes: sorted(
+            nodes, key=lambda n: picked.index(n["metadata"]["name"])
+        )
+        shared = base / "registry"
+        image = ""
+        for name, node in mcc.nodes.items():
+            image = node.sim.add_image("quay.io/example/os:tied", LANE_FILES)
+            link = LANE_IMAGE_BYTES / 6.0
+            node.sim.set_shared_link(shared, registry_bps=10 * link, link_bps=link, host=name)
+        digest = image.split("@")[1]
+        await mcc.cluster.merge_patch(pools, {"spec": {"paused": True}})
+        t = await mcc.apply(machine_config("99-worker-os", os_image=image))
+        r1 = await mcc.wait_new_rendered(r0)
+        async with asyncio.timeout(60):
+            while not pull_records(shared, digest):
+                await asyncio.sleep(0.05)
+        await mcc.cluster.merge_patch(pools, {"spec": {"paused": False}})
+        await mcc.wait_updated(r1, timeout=300)
+        total = time.monotonic() - t
+
+        picks = {n: mcc.first(n, lambda a: a.get(P + "desiredConfig") == r1, t) or 0.0
+                 for n in mcc.nodes}  # fmt: skip
+        assert sorted(mcc.nodes, key=lambda n: picks[n]) == picked, picks
+        records = {r.host: r for r in merged_pulls(shared, digest)}
+        assert sorted(records) == sorted(mcc.nodes), records  # one pull each
+        ends = {name: r.end or 0.0 for name, r in records.items()}
+        turn, holder, after = records["worker-2"], records["worker-1"], records["worker-3"]
+        assert turn.start >= picks["worker-2"], (turn, picks)  # pulled at its turn ...
+        assert holder.start < picks["worker-2"] < ends["worker-1"], (holder, picks)  # ... queued
+        assert ends["worker-1"] - 0.2 <= after.start < ends["worker-2"] - 0.3, records
+        for name in ("worker-1", "worker-3"):
+            assert ends[name] <= picks[name], (name, records, picks)  # pulled before its turn
+        log = mcc.log_path("worker-2").read_text()
+        assert "turn pulls without its lane (another node holds it); out of its queue" in log
+        (lane,) = await lanes_released(mcc)
+        assert lane["metadata"]["annotations"]["image-mode.openshift.io/passed"] == "0-3"
+        assert mcc.most_unavailable(after=t) == 1
+        ahead = ends["worker-2"] - after.start
+        figures.append(f"4 tied Nodes picked {', '.join(picked)} (6 s pulls): worker-3's "
+                       f"pre-pull began {ahead:.1f} s before worker-2's turn pull ended; pool "
+                       f"Updated {total:.1f} s after the MachineConfig")  # fmt: skip

@@ -2,8 +2,10 @@
 with the stand-ins of the machine-config-controller's render, node and drain controllers, set up
 as the kit's `mcc-up` sets up the real one (its objects as lib/gen-objects.py writes them: the
 master and worker pools, the ControllerConfig, Nodes worker-0..N-1 Ready with a kubelet's
-annotation, one kubeconfig per Node identity). The pool scenarios and bench/rollout.py run on it
-when no machine-config-controller was supplied."""
+annotation, one kubeconfig per Node identity), with the ControllerConfig the real controller
+rendered from and the worker configuration it rendered (tests/fixtures/mcc-rendered/) in place
+of its template controller's output. The pool scenarios and bench/rollout.py run on it when no
+machine-config-controller was supplied."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from agent.demo.fakekube import FakeKube, NodeController, RenderController
 from agent.demo.fakekube.render_controller import GENERATED_BY, STANDIN_VERSION
+from tests.fixtures_paths import MCC_CONTROLLER_CONFIG, MCC_RENDERED_WORKER
 from tests.scenarios.backend import MCO_NS, PoolBackend
 from tests.scenarios.fake import AGENT_SA, agent_rules
 
@@ -46,11 +49,27 @@ def node_object(name: str) -> dict:
 
 
 def base_config(role: str) -> dict:
-    """What the template controller's `00-<role>` carries that matters here: an Ignition
-    config of the version the real templates use."""
+    """What the template controller generates for `role`, as one config `00-<role>`: for the
+    workers, the Ignition config the real controller rendered from the kit's objects
+    (MCC_RENDERED_WORKER: every template's files and units, merged), so the stand-in's render
+    of the pool is what a real cluster serves and the hosts are laid out from it; for the
+    masters (no scenario runs one), an empty config of the templates' Ignition version.
+    Injected here rather than embedded in the render stand-in: render_controller.py says why."""
+    config: dict = {"ignition": {"version": "3.5.0"}}
+    if role == "worker":
+        config = json.loads(MCC_RENDERED_WORKER.read_text())["spec"]["config"]
     return {"apiVersion": f"{MCA}/v1", "kind": "MachineConfig",
-            "metadata": {"name": f"00-{role}", "labels": {f"{MCA}/role": role}},
-            "spec": {"config": {"ignition": {"version": "3.5.0"}}}}  # fmt: skip
+            "metadata": {"name": f"00-{role}", "labels": {f"{MCA}/role": role},
+                         "annotations": {GENERATED_BY: STANDIN_VERSION}},
+            "spec": {"config": config}}  # fmt: skip
+
+
+def controller_config(os_image: str) -> dict:
+    """The ControllerConfig the real controller rendered from (MCC_CONTROLLER_CONFIG: the kit's
+    CAs, infrastructure and images), on the cluster's OS image."""
+    cc = json.loads(MCC_CONTROLLER_CONFIG.read_text())
+    cc["spec"].update(osImageURL=os_image, baseOSContainerImage=os_image)
+    return cc
 
 
 @dataclass
@@ -78,9 +97,7 @@ class StandInCluster(PoolBackend):
     async def mcc_up(self, workers: int, os_image: str) -> str:
         kube = self.kube
         kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MCO_NS}})
-        kube.put({"apiVersion": f"{MCA}/v1", "kind": "ControllerConfig",
-                  "metadata": {"name": "machine-config-controller"},
-                  "spec": {"osImageURL": os_image}})  # fmt: skip
+        kube.put(controller_config(os_image))
         kube.put(pool_object("master", {f"operator.{MCA}/required-for-upgrade": ""}))
         kube.put(pool_object("worker", {}))
         for role in ("master", "worker"):

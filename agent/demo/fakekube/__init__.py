@@ -62,7 +62,9 @@ Identities (`Identity` in auth.py; pass them to `FakeKube(identities=...)` or re
   "nodes/status"; "*" is a wildcard. Anything else is 403 with the apiserver's wording (`...
   cannot get resource "configmaps" in API group "" in the namespace "X"`). No/unknown token: 401.
   `service_account_rules(documents, ns, name)` (rbac.py) reads the rules an identity gets from
-  parsed Role/ClusterRole/(Cluster)RoleBinding manifests, e.g. deploy/rbac.yaml's.
+  parsed Role/ClusterRole/(Cluster)RoleBinding manifests, e.g. deploy/rbac.yaml's;
+  `node_rules(documents, node)` those a node's kubelet gets through group system:nodes (e.g.
+  deploy/hypershift/rbac.yaml's), to pass to `node_identity`.
 * Identities carry `extra` (userInfo.extra, dict[str, list[str]]); `node="worker-0"` makes a
   service-account token bound to a pod on that node: `extra` holds
   `authentication.kubernetes.io/node-name: ["worker-0"]` (NODE_NAME_CLAIM), as the real server
@@ -176,7 +178,7 @@ from .auth import NODE_NAME_CLAIM, Identity, Rule, RuleLike
 from .drain_controller import DESIRED_DRAIN, LAST_APPLIED_DRAIN, DrainController
 from .errors import ApiError
 from .node_controller import NodeController
-from .rbac import rules_for_user, service_account_rules
+from .rbac import node_rules, rules_for_user, service_account_rules
 from .render_controller import RenderController
 from .resources import ResourceType
 from .server import FakeKube, RequestRecord
@@ -198,6 +200,7 @@ __all__ = [
     "ResourceType",
     "Rule",
     "RuleLike",
+    "node_rules",
     "rules_for_user",
     "service_account_rules",
 ]

@@ -9,11 +9,17 @@ leaves room for, MachineConfigNode `spec.configVersion.desired` for them, then t
 status (counts, configuration, Updated/Updating/NodeDegraded/Degraded). It writes through the
 in-process store, as the drain controller stand-in does, after `delay` seconds (the real one
 batches events; it set desiredConfig 5-10 s after a MachineConfig was created, render
-included). Not written: the controller's Events on the pool."""
+included). Not written: the controller's Events on the pool.
+
+`listing` orders the Nodes as the real controller's lister hands them over (its informer's
+cache, in no fixed order); the candidates' sort (pool_rules.sort_candidates, by zone and age) is
+stable here, so `listing` decides among Nodes that tie, as Go's unstable sort.Slice of the
+lister's Nodes does there. Default: by name, the order the store lists them in."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import pool_rules
@@ -29,8 +35,15 @@ WATCHED = frozenset({"nodes", "machineconfigpools", "machineconfignodes"})
 class NodeController(Reconciler):
     watched = WATCHED
 
-    def __init__(self, kube: FakeKube, *, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        kube: FakeKube,
+        *,
+        delay: float = 0.0,
+        listing: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    ) -> None:
         super().__init__(kube, delay=delay)
+        self.listing = listing
         self.targeted: list[tuple[str, str]] = []  # (node, config) in the order they were set
 
     def sync(self) -> None:
@@ -41,6 +54,8 @@ class NodeController(Reconciler):
                 continue  # unconfigured: the renderer has not named a config yet
             name = pool["metadata"]["name"]
             members = pool_rules.nodes_for_pool(pool, pools, self.kube.list("nodes"))
+            if self.listing is not None:
+                members = self.listing(members)
             if not (pool.get("spec") or {}).get("paused"):
                 for node in members:
                     self._taint(node, pool_rules.needs_taint(node, pool))

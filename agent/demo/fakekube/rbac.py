@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .auth import Rule, service_account_groups, service_account_user
+from .auth import NODE_USER_PREFIX, Rule, service_account_groups, service_account_user
+
+NODE_GROUPS = ("system:nodes", "system:authenticated")
 
 Doc = Mapping[str, Any]
 
@@ -88,3 +90,11 @@ def service_account_rules(documents: Iterable[Doc | None], namespace: str, name:
     return rules_for_user(
         documents, service_account_user(namespace, name), service_account_groups(namespace)
     )
+
+
+def node_rules(documents: Iterable[Doc | None], node: str) -> list[Rule]:
+    """The rules `documents` grant the kubelet of `node` (user `system:node:<node>`, group
+    system:nodes, as its client certificate or token says), on top of what the Node
+    authorizer allows it (auth.py): e.g. deploy/hypershift/rbac.yaml's Roles and ClusterRole
+    bound to that group."""
+    return rules_for_user(documents, NODE_USER_PREFIX + node, NODE_GROUPS)

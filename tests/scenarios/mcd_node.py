@@ -79,6 +79,11 @@ def prepare(root: Path, rendered: dict[str, Any], keys: list[str], *, image: str
         write(root, path, text, 0o600)
 
 
+# What `entry` records, by kind.
+DIR_FIELDS = ("mode", "uid", "gid")
+FILE_FIELDS = (*DIR_FIELDS, "size", "inode", "mtime", "ctime", "content")
+
+
 def entry(path: Path) -> tuple:
     """One entry as a snapshot records it: type and mode, owner, and for a file or a link its
     size, inode, mtime, ctime and contents (a sha256; a link's target). A directory's own

@@ -28,7 +28,7 @@ from agent.demo.fakekube import FakeKube
 from agent.demo.loopback import SA_RULES, SCOPED_SA_RULES
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
 from tests import secrets_canary as canary
-from tests.scenarios.mcd_node import P, done_annotations, entry
+from tests.scenarios.mcd_node import DIR_FIELDS, FILE_FIELDS, P, done_annotations, entry
 from tests.system.machine import Machine, MachineError
 from tests.system.registry import free_port
 from tests.system.world import (
@@ -275,9 +275,10 @@ SNAPSHOT_ROOTS = ("/etc", "/home", "/var/lib/kubelet")
 
 
 def snapshot(m: Machine) -> dict[str, tuple]:
-    """Every entry under SNAPSHOT_ROOTS of the machine's root (the roots too): type and mode,
-    owner, size, inode, mtime and contents (sha256; a link's target). Equal snapshots:
-    nothing there was written, moved or touched."""
+    """Every entry under SNAPSHOT_ROOTS of the machine's root (the roots too) as `entry`
+    records it: type, mode and owner, and for a file or a link its size, inode, mtime, ctime
+    and contents (sha256; a link's target). Equal snapshots: nothing there was written, moved
+    or touched."""
     found: dict[str, tuple] = {}
     for top in SNAPSHOT_ROOTS:
         base = m.path(top)
@@ -290,10 +291,13 @@ def snapshot(m: Machine) -> dict[str, tuple]:
 
 
 def _differences(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
-    fields = ("mode", "uid", "gid", "size", "inode", "mtime", "content")
     out = [f"new: {p}" for p in sorted(after.keys() - before.keys())]
     out += [f"gone: {p}" for p in sorted(before.keys() - after.keys())]
     for path in sorted(before.keys() & after.keys()):
+        if len(before[path]) != len(after[path]):
+            out.append(f"changed type: {path}")
+            continue
+        fields = FILE_FIELDS if len(before[path]) == len(FILE_FIELDS) else DIR_FIELDS
         changed = [f for f, a, b in zip(fields, before[path], after[path], strict=True) if a != b]
         if changed:
             out.append(f"changed {'/'.join(changed)}: {path}")

@@ -1,6 +1,7 @@
-"""Certificates from ControllerConfig `machine-config-controller`, written live
-(DESIGN.md §3, reference/mco-daemon.md §4.3; upstream `pkg/daemon/certificate_writer.go`), and
-the kubeconfig CA rotation that comes with them (`agent/cluster/kubeconfig.py`)."""
+"""Certificates from ControllerConfig `machine-config-controller`, written live as the MCD's
+certificate writer does (docs/operations.md, "What the agent does"; upstream
+https://github.com/openshift/machine-config-operator/blob/7ff337a4ffac8e7562692181178ede61e4b2eec5/pkg/daemon/certificate_writer.go
+), and the kubeconfig CA rotation that comes with them (`agent/cluster/kubeconfig.py`)."""
 
 from __future__ import annotations
 

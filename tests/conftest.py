@@ -39,3 +39,18 @@ def _default_port_taken() -> Iterator[None]:
                 raise
             # Taken already: the condition this fixture sets up holds anyway.
         yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failed test that ran agent processes shows the end of each one's log: the agent runs
+    in a temporary folder that is gone by the time a CI failure is read."""
+    report = yield
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.failed and call.when == "call" and tmp_path is not None:
+        for path in sorted(tmp_path.glob("**/agent-*.log"))[-4:]:
+            with open(path, "rb") as log:
+                log.seek(max(0, path.stat().st_size - 12_000))
+                tail = log.read().decode(errors="replace").splitlines()[-60:]
+            report.sections.append((f"Captured {path.name} (last lines)", "\n".join(tail)))
+    return report

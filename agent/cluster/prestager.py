@@ -108,6 +108,7 @@ class Prestager:
         self._task: asyncio.Task[None] | None = None
         self._task_key: str | None = None  # the Desired.key the task pre-stages
         self._pulled = False  # the task's pre-stage was a pre-pull (checked again on wake-up)
+        self._recheck = False  # a wake-up came while the task ran: check again when it ends
         self._stopped_key: str | None = None  # a pre-stage stopped for good (full disk)
         self._paused = 0
         # Bounded pre-pulls: the lane this node holds (renewed by `_keeper`), the target whose
@@ -214,14 +215,25 @@ class Prestager:
         if desired.key == self._stopped_key:
             return  # stopped for good
         if desired.key == self._task_key and not (self._pulled and self._task_done()):
-            return  # running, or staged locked (no ordinary boot or prune undoes that)
+            # Running, or staged locked (no ordinary boot or prune undoes that). A wake-up
+            # while a pre-pull still finishes (its lane's release) may be an admin's prune:
+            # it is checked once that task ends.
+            self._recheck = not self._task_done()
+            return
         # Not yet, or pre-pulled: any staging since (an admin's, the timer's) pruned it from
         # the repository, so every wake-up checks it is still there (one `image list`).
         await self._cancel_task()
         if self._paused:
             return  # the update began while we looked: it owns bootc now
         self._task_key = desired.key
+        self._recheck = False
         self._task = asyncio.create_task(self._prestage(name, desired))
+        self._task.add_done_callback(self._after_task)
+
+    def _after_task(self, task: asyncio.Task[None]) -> None:
+        if task is self._task and self._pulled and self._recheck:
+            self._recheck = False
+            self.poke()
 
     def _task_done(self) -> bool:
         return self._task is not None and self._task.done()

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.core.policy import SSH_KEYS_PATH
-from agent.demo.loopback import Cluster, P
+from standins.demo.loopback import Cluster, P
 
 KEY = "ssh-ed25519 AAAA-bench"
 UNITS = [{"name": "debug.service", "enabled": False}]

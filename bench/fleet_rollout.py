@@ -10,7 +10,7 @@ Each run: a fresh loopback cluster with the stand-ins of the machine-config-cont
 `bench/rollout.py --controller standin`), N worker Nodes, one simulated host and one real agent
 process per Node (restarted after each simulated reboot once `--reboot` seconds have passed, as a
 machine takes a while to come back), pool maxUnavailable m. Every host pulls through one shared
-simulated registry (agent/host/simulated.py, `set_shared_link`): the new image is S = 128 MiB,
+simulated registry (standins/host/simulated.py, `set_shared_link`): the new image is S = 128 MiB,
 each pull is capped at b = S / `--pull-seconds`, and all pulls running at once share
 B = `--links` x b. Once the pool is Updated at its first config the agents are restarted (fresh
 request counters), then a MachineConfig changes osImageURL. Strategies, interleaved, each run on
@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # fleet_model, a scrip
 
 from fleet_model import Fleet, Outcome, lower_bound, simulate
 
-from agent.host.shared_registry import pull_records
+from standins.host.registry import pull_records
 from tests.scenarios.pool import MccCluster, P, bootstrapped, machine_config
 from tests.scenarios.standin import StandInCluster
 from tests.simhost import IMAGE

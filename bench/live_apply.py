@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.cluster.kube import Kube, KubeError
 from agent.cluster.kubeclient import ApiClient
 from agent.cluster.watch import ObjectWatch
-from agent.demo.loopback import Cluster, P, make_host
-from agent.demo.objects import machine_config
+from standins.demo.loopback import Cluster, P, make_host
+from standins.demo.objects import machine_config
 
 READS, WRITES = ("get", "list", "watch"), ("create", "update", "patch", "delete")
 

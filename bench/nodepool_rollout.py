@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.demo.objects import machine_config
+from standins.demo.objects import machine_config
 from tests.conformance import peers
 from tests.conformance.hypershift import KitHosted
 from tests.conformance.kit import Kit, KitMissing, locate_kit, prepare

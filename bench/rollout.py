@@ -14,7 +14,7 @@ down R s.
 The pool is driven by the real machine-config-controller on the kit's kube-apiserver when the
 peer binaries were supplied (KIT_BIN with kube-apiserver, etcd, kubectl and
 machine-config-controller; tests/conformance/README.md), otherwise by the stand-ins of its
-render, node and drain controllers on the project's loopback API server (agent/demo/fakekube:
+render, node and drain controllers on the project's loopback API server (standins/kube:
 the node controller picks candidates as the real one does). The first line printed names the
 controller used; `--controller real` fails without the binaries instead of falling back.
 
@@ -57,8 +57,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.host.simulated import SimulatedHost
-from agent.model.bootc_releases import DEFAULT_PERSONA, PERSONAS
+from standins.bootc_releases import DEFAULT_PERSONA, PERSONAS
+from standins.host.simulated import SimulatedHost
 from tests.conformance import peers
 from tests.conformance.kit import Kit, KitCluster, KitMissing, locate_kit, prepare
 from tests.scenarios.backend import PoolBackend

@@ -8,7 +8,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from agent.demo.objects import DIGEST_A, IMAGE_A, machine_config
+from standins.demo.objects import DIGEST_A, IMAGE_A, machine_config
 
 __all__ = ["DIGEST_A", "IMAGE_A", "machine_config"]  # re-exported: the tests' one import point
 

@@ -41,7 +41,7 @@ PASSWORD_HASH = (
 )
 AUTH_TOKEN = base64.b64encode(f"{REGISTRY_USER}:{REGISTRY_PASSWORD}".encode()).decode()
 PULL_SECRET_PATH = "/var/lib/kubelet/config.json"
-# The registry of the cluster tier's simulated images (agent/demo/loopback.IMAGE).
+# The registry of the cluster tier's simulated images (standins/demo/loopback.IMAGE).
 CLUSTER_REGISTRY = "quay.example"
 # The agent's records of its input in its state dir (agent/update/configstore.py): the
 # MachineConfig documents verbatim, so they hold the secrets on purpose (mode 0600).

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from agent.core.desired import Desired
 from agent.core.policy import Allowlist
-from agent.demo.loopback import IMAGE, make_host
-from agent.host.simulated import SimulatedHost
 from agent.model.imageref import parse_image_ref
 from agent.model.machineconfig import machine_config_from_object
 from agent.update.engine import REBOOTING, Engine, Hooks, Outcome
+from standins.demo.loopback import IMAGE, make_host
+from standins.host.simulated import SimulatedHost
 from tests.builders import machine_config
 
 

@@ -26,12 +26,12 @@ import yaml
 from agent.cluster.agent import parsed
 from agent.cluster.pool import PoolError, pools_for_node
 from agent.cluster.watch import ObjectWatch
-from agent.demo.loopback import Cluster, P
-from agent.demo.objects import machine_config
 from agent.errors import HostError, InputError
 from agent.update import configstore
 from agent.update.configstore import ConfigStore
 from agent.update.journal import Journal, Phase, Record
+from standins.demo.loopback import Cluster, P
+from standins.demo.objects import machine_config
 from tests.fixtures_paths import CONTROLLER_CONFIG
 from tests.scenarios.fake import LoggedAgent, start_logged
 from tests.simhost import World

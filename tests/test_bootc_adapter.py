@@ -1,4 +1,4 @@
-"""The bootc adapter against the stand-in bootc (tests/standin/bootc), run as child processes.
+"""The bootc adapter against the stand-in bootc (standins/bin/bootc), run as child processes.
 
 The same adapter over a real systemd manager (transient unit, adoption) is in
 test_systemd_adapter.py."""
@@ -27,7 +27,7 @@ from agent.model.bootc_status import parse_bootc_status
 from agent.model.imageref import ImageRef, parse_image_ref
 from tests.scenarios.harness import until
 
-STANDIN = Path(__file__).parent / "standin" / "bootc"
+STANDIN = Path(__file__).parents[1] / "standins" / "bin" / "bootc"
 NAME = "quay.io/example/os"
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64

@@ -14,8 +14,8 @@ from agent.core.trust import StageTrust
 from agent.errors import HostError
 from agent.host.bootc import Bootc, BootcTimeouts
 from agent.model.bootc_caps import REPO, prestage_path
-from agent.model.bootc_releases import PERSONAS, features_of
 from agent.model.imageref import ImageRef, parse_image_ref
+from standins.bootc_releases import PERSONAS, features_of
 from tests.test_bootc_adapter import D1, D2, NAME, STANDIN, StandinHost, ref
 
 OSTREE = STANDIN.parent / "ostree"

@@ -12,7 +12,6 @@ import pytest
 from agent.app.runtime import announce_bootc
 from agent.core.policy import Allowlist
 from agent.errors import HostError
-from agent.host.simulated import SimulatedHost
 from agent.model.bootc_caps import (
     REPO,
     Capabilities,
@@ -23,8 +22,9 @@ from agent.model.bootc_caps import (
     pull_argv,
     pull_imgref,
 )
-from agent.model.bootc_releases import FEATURES, PERSONAS, features_of, version_key
 from agent.observe.http import StatusBoard
+from standins.bootc_releases import FEATURES, PERSONAS, features_of, version_key
+from standins.host.simulated import SimulatedHost
 
 REF = "quay.io/example/os@sha256:" + "d" * 64
 SWITCH_1169 = """Target a new container image reference to boot

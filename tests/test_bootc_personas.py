@@ -1,6 +1,6 @@
 """Every bootc release the agent supports, on the simulated host: an image update, a pre-stage
 held until the turn, a followed tag, signature enforcement and a rollback, each on every persona
-(model/bootc_releases.py), with the path the release allows (bootc-versions.md)."""
+(standins/bootc_releases.py), with the path the release allows (bootc-versions.md)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from agent.follow.agent import HELD
 from agent.model.bootc_caps import REPO, Capabilities, prestage_path
-from agent.model.bootc_releases import PERSONAS, features_of
 from agent.model.imageref import parse_image_ref
 from agent.model.sigpolicy import POLICY_PATH
 from agent.update.engine import DEGRADED, DONE, REBOOTING
+from standins.bootc_releases import PERSONAS, features_of
 from tests.simhost import World
 from tests.test_follow import IMAGE, TAG, Fleet, Scripted
 from tests.test_trust import KEY, RELAXED, STRICT, TrustWorld, trust_files

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.app.cli import main
-from agent.host.simulated import SimulatedHost
+from standins.host.simulated import SimulatedHost
 
 TAG = "quay.example/os/node:stable"
 

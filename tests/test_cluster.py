@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.demo.fakekube import RequestRecord
-from agent.demo.loopback import Cluster, P
+from standins.demo.loopback import Cluster, P
+from standins.kube import RequestRecord
 from tests.builders import ign_file
 from tests.fixtures_paths import CONTROLLER_CONFIG
 from tests.scenarios.fake import annotation_tracker, start_logged

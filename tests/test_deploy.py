@@ -12,8 +12,8 @@ import aiohttp
 import yaml
 
 from agent.app.cli import build_parser
-from agent.demo.loopback import LEASE_RULES, NAMESPACED_SA_RULES, SA_RULES
 from agent.observe.http import StatusBoard, make_app, serve
+from standins.demo.loopback import LEASE_RULES, NAMESPACED_SA_RULES, SA_RULES
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 

@@ -1,6 +1,6 @@
 """deploy/hypershift/: what an operator installs to run the agent as the node side of a hosted
 cluster's InPlace NodePool (route C of ../shared/reference/hypershift-inplace.md §5), checked
-on the loopback API server (agent/demo/fakekube):
+on the loopback API server (standins/kube):
 
 * rbac.yaml, as the RBAC authorizer reads it (fakekube's rules_for_user, Group subject
   included): the kubelet's identity lists and watches the NodePool's upgrade ConfigMap with the
@@ -32,7 +32,7 @@ import yaml
 from agent.app.cli import build_parser
 from agent.cluster.kube import Kube
 from agent.cluster.watch import ObjectWatch
-from agent.demo.fakekube import FakeKube, Identity, Rule, rules_for_user
+from standins.kube import FakeKube, Identity, Rule, rules_for_user
 
 TOP = Path(__file__).resolve().parents[1]
 HCP = TOP / "deploy" / "hypershift"

@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 
 from agent.core.policy import FORCE_FILE, SSH_KEYS_PATH
-from agent.demo.loopback import Cluster, P
 from agent.model.imageref import parse_image_ref
+from standins.demo.loopback import Cluster, P
 from tests.scenarios.harness import free_port, until
 
 pytestmark = pytest.mark.asyncio
@@ -260,8 +260,8 @@ async def test_file_mode_validates_too_and_the_etc_ignore_flag(tmp_path: Path) -
     import json
     import sys
 
-    from agent.demo.loopback import make_host
-    from agent.demo.objects import machine_config
+    from standins.demo.loopback import make_host
+    from standins.demo.objects import machine_config
 
     sim, images = make_host(tmp_path)
     root = sim.root

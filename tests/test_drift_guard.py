@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 
 from agent.core.policy import FORCE_FILE, LivePolicy
-from agent.host.simulated import SimulatedHost
 from agent.model.machineconfig import empty_machine_config
 from agent.observe.metrics import Metrics
 from agent.update.drift_guard import DriftGuard
+from standins.host.simulated import SimulatedHost
 
 pytestmark = pytest.mark.asyncio
 

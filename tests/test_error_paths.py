@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from agent.app.cli import main as cli_main
-from agent.demo.loopback import IMAGE, Cluster, P
-from agent.host.simulated import SimulatedHost
 from agent.update.engine import DEGRADED, DONE
 from agent.update.journal import Journal, Phase, Record
+from standins.demo.loopback import IMAGE, Cluster, P
+from standins.host.simulated import SimulatedHost
 from tests.scenarios.fake import annotation_tracker, start_logged
 from tests.scenarios.harness import exits, until
 from tests.simhost import World

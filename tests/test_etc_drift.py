@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from agent.errors import HostError, InputError
-from agent.host.etc_diff import simulated_config_diff
 from agent.model.etc_drift import (
     DEFAULT_ETC_IGNORE,
     EtcChange,
@@ -24,6 +23,7 @@ from agent.model.etc_drift import (
     image_drift,
     parse_config_diff,
 )
+from standins.host.etc_diff import simulated_config_diff
 
 M, D, A = "M", "D", "A"
 

@@ -19,7 +19,8 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from agent.demo.fakekube import (
+from standins.demo.loopback import LEASE_RULES, NAMESPACED_SA_RULES, SA_RULES, SCOPED_SA_RULES
+from standins.kube import (
     NODE_NAME_CLAIM,
     NOT_READY_TAINT,
     FakeKube,
@@ -28,7 +29,6 @@ from agent.demo.fakekube import (
     rules_for_user,
     service_account_rules,
 )
-from agent.demo.loopback import LEASE_RULES, NAMESPACED_SA_RULES, SA_RULES, SCOPED_SA_RULES
 from tests.scenarios.fake import AGENT_SA, MCO_NS, agent_rules
 
 TOP = Path(__file__).resolve().parents[1]
@@ -477,7 +477,7 @@ async def test_no_policy_needs_no_cel_python() -> None:
     one has imported it already)."""
     script = """
 import asyncio, json, sys, urllib.request
-from agent.demo.fakekube import FakeKube
+from standins.kube import FakeKube
 
 def req(kube, method, path, body):
     r = urllib.request.Request(kube.url + path, method=method, data=json.dumps(body).encode(),

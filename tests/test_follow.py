@@ -14,11 +14,11 @@ from agent.core.backoff import backoff
 from agent.core.policy import Allowlist
 from agent.follow.agent import HELD, FollowAgent, FollowOptions
 from agent.host.ports import Host
-from agent.host.simulated import SimulatedHost
 from agent.model.imageref import parse_image_ref
 from agent.observe.metrics import Metrics
 from agent.strategy.base import Decision
 from agent.update.engine import DEGRADED, DONE, REBOOTING, Engine, Outcome
+from standins.host.simulated import SimulatedHost
 from tests.builders import machine_config
 
 IMAGE = "quay.example/os/node"

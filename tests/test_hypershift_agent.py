@@ -26,14 +26,14 @@ from agent.cluster.kube import Kube
 from agent.cluster.prestage import Act
 from agent.cluster.prestager import PrestageOptions
 from agent.core.policy import Allowlist
-from agent.demo.fakekube import FakeKube
-from agent.demo.fakekube.auth import Rule
-from agent.demo.loopback import make_host
 from agent.errors import InputError
-from agent.host.simulated import SimulatedHost
 from agent.hypershift.agent import HypershiftAgent, HypershiftOptions, refusal_reason
 from agent.hypershift.target import decide
 from agent.model.hypershift import payload_from_configmap
+from standins.demo.loopback import make_host
+from standins.host.simulated import SimulatedHost
+from standins.kube import FakeKube
+from standins.kube.auth import Rule
 from tests.builders import ign_file, machine_config
 from tests.scenarios.hypershift_payload import encode_ignition, encode_payload
 

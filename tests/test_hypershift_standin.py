@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 import yaml
 
-from agent.demo.fakekube import Change, FakeKube
-from agent.demo.objects import machine_config
+from standins.demo.objects import machine_config
+from standins.kube import Change, FakeKube
 from tests.scenarios import hypershift_payload as hp
 from tests.scenarios import hypershift_standin as hs
 from tests.scenarios.hostedpool import HostedPool
@@ -520,7 +520,7 @@ async def test_two_pools_on_one_server_and_clean_stops(tmp_path: Path) -> None:
 FAKE_DAEMON = r"""
 import asyncio, base64, gzip, json, sys, time, urllib.parse, urllib.request
 from pathlib import Path
-from agent.host.simulated import SimulatedHost, SimulatedSystem
+from standins.host.simulated import SimulatedHost, SimulatedSystem
 server, token, node, host = sys.argv[1:5]
 M = "machineconfiguration.openshift.io/"
 sim = SimulatedHost(Path(host))

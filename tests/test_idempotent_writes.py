@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.demo.loopback import Cluster, make_host
-from agent.demo.objects import machine_config
+from standins.demo.loopback import Cluster, make_host
+from standins.demo.objects import machine_config
 from tests.builders import ign_file
 from tests.scenarios.harness import until
 from tests.scenarios.mcd_node import changed, snapshot

@@ -26,10 +26,10 @@ from agent.cluster.kubeconfig import (
     with_certificate_authority,
 )
 from agent.core.policy import KUBECONFIG, KUBELET_KUBECONFIG, Allowlist
-from agent.demo.fakekube import FakeKube
-from agent.demo.loopback import Cluster, P
 from agent.errors import HostError, InputError
-from agent.host.simulated import SimulatedHost
+from standins.demo.loopback import Cluster, P
+from standins.host.simulated import SimulatedHost
+from standins.kube import FakeKube
 from tests.fixtures_paths import CONTROLLER_CONFIG
 from tests.simhost import IMAGE
 

@@ -18,9 +18,9 @@ from agent.cluster import mcn as M
 from agent.cluster.kube import Kube
 from agent.cluster.mcn_writer import MachineConfigNodeWriter
 from agent.cluster.pool import NOT_YET_SET, PoolError, node_pool, pools_for_node, primary_pool
-from agent.demo.fakekube import FakeKube
-from agent.demo.fakekube.resources import DEFAULT_RESOURCES, Registry
-from agent.demo.loopback import SA_RULES, Cluster, P
+from standins.demo.loopback import SA_RULES, Cluster, P
+from standins.kube import FakeKube
+from standins.kube.resources import DEFAULT_RESOURCES, Registry
 
 N = "worker-0"
 BEFORE = M.Versions("rendered-worker-2", "rendered-worker-1")  # the Node during the update

@@ -1,6 +1,6 @@
 """The pool scenarios (tests/scenarios/pool_rollouts.py) on the project's loopback API server,
 driven by the stand-ins of the machine-config-controller's render, node and drain controllers
-(agent/demo/fakekube); the conformance tier runs the same definitions on the real controller."""
+(standins/kube); the conformance tier runs the same definitions on the real controller."""
 
 from __future__ import annotations
 

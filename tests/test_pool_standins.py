@@ -1,4 +1,4 @@
-"""The stand-ins of the machine-config-controller (agent/demo/fakekube: pool_rules.py,
+"""The stand-ins of the machine-config-controller (standins/kube: pool_rules.py,
 node_controller.py, render_controller.py, mcn_status.py) checked against the controller's own
 code at openshift/machine-config-operator 7ff337a4: the cases of its unit tables
 (pkg/controller/node/node_controller_test.go TestGetCandidateMachines, TestMaxUnavailable,
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agent.demo.fakekube import FakeKube, NodeController, RenderController
-from agent.demo.fakekube import mcn_status as M
-from agent.demo.fakekube import pool_rules as R
-from agent.demo.fakekube.render_controller import merge_configs
+from standins.kube import FakeKube, NodeController, RenderController
+from standins.kube import mcn_status as M
+from standins.kube import pool_rules as R
+from standins.kube.render_controller import merge_configs
 from tests.scenarios.standin import base_config, node_object, pool_object
 
 P = "machineconfiguration.openshift.io/"

@@ -16,12 +16,12 @@ import pytest
 from agent.cluster.annotations import NodeView
 from agent.cluster.lane_lease import micro_time
 from agent.cluster.prestage import Act, decide, pool_target
-from agent.demo.loopback import SA_RULES, SCOPED_SA_RULES, Cluster, P
-from agent.host.simulated import SimulatedBootc
-from agent.model.bootc_releases import PERSONAS, features_of
 from agent.model.imageref import parse_image_ref
 from agent.update.engine import DONE
 from agent.update.journal import Journal
+from standins.bootc_releases import PERSONAS, features_of
+from standins.demo.loopback import SA_RULES, SCOPED_SA_RULES, Cluster, P
+from standins.host.simulated import SimulatedBootc
 from tests.scenarios.harness import free_port, until
 from tests.simhost import Killed, World
 

@@ -29,13 +29,13 @@ from typing import Any
 import pytest
 
 from agent.core.policy import CERTS_DIR, PULL_SECRET, SSH_KEYS_PATH, Allowlist
-from agent.demo.fakekube import FakeKube
-from agent.demo.loopback import SA_RULES, SCOPED_SA_RULES, Cluster, P, make_host
-from agent.host.simulated import SimulatedHost
-from agent.host.unit_files import unit_file_state
 from agent.model.machineconfig import machine_config_from_object
 from agent.model.mcd_disk import on_disk_config
 from agent.update.validator import Validator
+from standins.demo.loopback import SA_RULES, SCOPED_SA_RULES, Cluster, P, make_host
+from standins.host.simulated import SimulatedHost
+from standins.host.unit_files import unit_file_state
+from standins.kube import FakeKube
 from tests.fixtures_paths import MCC_CONTROLLER_CONFIG, MCC_RENDERED_WORKER
 from tests.scenarios.harness import exits, logged, until, wait_logged
 from tests.scenarios.mcd_node import (

@@ -39,9 +39,9 @@ from agent.cluster.pull_order import (
     queue_of,
     slots_for,
 )
-from agent.demo.fakekube import FakeKube, pool_rules
 from agent.hypershift.order import MACHINE_ANNOTATION, listing_key, nodepool_members
 from agent.hypershift.order import slots_for as nodepool_slots
+from standins.kube import FakeKube, pool_rules
 from tests.scenarios.backend import MCO_NS
 from tests.scenarios.fake import AGENT_SA, agent_rules
 from tests.scenarios.harness import until

@@ -16,9 +16,9 @@ import pytest
 
 from agent.errors import HostError
 from agent.host.ports import Progress
-from agent.host.shared_registry import pull_records
-from agent.host.simulated import LAYERS, SimulatedBootc, SimulatedHost
 from agent.model.imageref import ImageRef, parse_image_ref
+from standins.host.registry import pull_records
+from standins.host.simulated import LAYERS, SimulatedBootc, SimulatedHost
 
 IMAGE = "quay.example/os/node"
 SIZE = 64 * 1024 * 1024 * 2  # an image with one file: 64 MiB x (1 + files)
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = """
 import asyncio, sys
 from pathlib import Path
-from agent.host.simulated import SimulatedBootc, SimulatedHost
+from standins.host.simulated import SimulatedBootc, SimulatedHost
 from agent.model.imageref import parse_image_ref
 base, shared, bps = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 sim = SimulatedHost.create(base, "quay.example/os/node:v1", {"usr/lib/v": "1"})

@@ -15,8 +15,8 @@ from agent.app.cli import main as cli_main
 from agent.errors import HostError
 from agent.host import bootc_errors
 from agent.host.ports import Progress
-from agent.host.simulated import LAYERS, SimulatedBootc, SimulatedHost
 from agent.model.imageref import ImageRef, parse_image_ref
+from standins.host.simulated import LAYERS, SimulatedBootc, SimulatedHost
 
 IMAGE = "quay.example/os/node"
 
@@ -228,7 +228,7 @@ def test_an_unprivileged_user_runs_a_simulated_host_without_owners(
     from agent.core.policy import Allowlist
     from agent.model.ignition import Owner
 
-    monkeypatch.setattr("agent.host.simulated.os.geteuid", lambda: euid)
+    monkeypatch.setattr("standins.host.simulated.os.geteuid", lambda: euid)
     files = sim.host(Allowlist().allows).files
     path = "/home/core/.ssh/authorized_keys.d/ignition"
     chowns: list[tuple[int, int]] = []

@@ -1,4 +1,4 @@
-"""The stand-in bootc (tests/standin/bootc) speaks every release in PERSONAS as the reference
+"""The stand-in bootc (standins/bin/bootc) speaks every release in PERSONAS as the reference
 (/work/shared/reference/bootc-versions.md) records it: its `--help` gives the agent exactly the
 capabilities `features_of(version)` implies, its status has only that release's fields, its
 refusals are that release's, and the hidden pre-pull fills a repository that a later switch of
@@ -23,12 +23,12 @@ from agent.model.bootc_caps import (
     listed,
     parse_version,
     pull_imgref,
-    release_capabilities,
 )
-from agent.model.bootc_releases import DEFAULT_PERSONA, PERSONAS, features_of
+from standins.bootc_releases import DEFAULT_PERSONA, PERSONAS, features_of
+from standins.capabilities import release_capabilities
 
-STANDIN = Path(__file__).parent / "standin" / "bootc"
-OSTREE = Path(__file__).parent / "standin" / "ostree"
+STANDIN = Path(__file__).parents[1] / "standins" / "bin" / "bootc"
+OSTREE = Path(__file__).parents[1] / "standins" / "bin" / "ostree"
 NAME = "quay.io/example/os"
 D1, D2, D3 = ("sha256:" + c * 64 for c in "123")
 # What does not depend on the release runs on the oldest and the newest.

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from agent.core.policy import PULL_SECRET, SSH_KEYS_PATH
-from agent.demo.loopback import IMAGE, Cluster, P
-from agent.model.bootc_releases import PERSONAS
 from agent.model.imageref import parse_image_ref
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
+from standins.bootc_releases import PERSONAS
+from standins.demo.loopback import IMAGE, Cluster, P
 from tests.scenarios.harness import exits, until
 from tests.scenarios.mcd_node import STATE_DIR, done_annotations, prepare, snapshot, write
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agent.cluster.kube import Kube
 from agent.cluster.ready import node_ready_check
-from agent.demo.fakekube import FakeKube
+from standins.kube import FakeKube
 from tests.builders import machine_config
 from tests.scenarios.harness import until
 from tests.test_cli import agent, host, run_once, write  # noqa: F401

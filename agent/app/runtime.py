@@ -26,7 +26,6 @@ from agent.core.policy import Allowlist
 from agent.errors import HostError, InputError, describe_fault, fault_frames, parsing
 from agent.host.durable import write_json
 from agent.host.ports import Host
-from agent.host.simulated import SimulatedHost
 from agent.model.bootc_caps import prestage_path
 from agent.model.etc_drift import DEFAULT_ETC_IGNORE
 from agent.observe.http import StatusBoard
@@ -75,6 +74,9 @@ async def open_host(spec: str, allowlist: Allowlist, local: LocalOptions | None 
     `local` (this machine, or the one whose root is mounted at `local.root`)."""
     kind, _, arg = spec.partition(":")
     if kind == "simulated" and arg:
+        # A simulated host is a stand-in (standins/), never loaded unless asked for.
+        from standins.host.simulated import SimulatedHost
+
         sim = SimulatedHost(Path(arg))
         sim.boot()
         return sim.host(allowlist.allows)

@@ -184,7 +184,7 @@ class ClusterAgent:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> int:
-        """Until cancelled; returns 3 when a simulated reboot ends the process."""
+        """Until cancelled; returns 3 when the host's reboot ends the process."""
         for watch in (self.node, self.controller_config, self.configuration):
             self._tasks.append(asyncio.create_task(watch.run()))
         self.mcn.start()

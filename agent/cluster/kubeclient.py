@@ -7,8 +7,8 @@ whose `__init__` imports every model again. That is ~870 modules and ~33 MiB res
 the agent's memory in cluster mode), while the agent needs `Configuration`, `ApiClient` (its raw
 `call_api`), the exceptions and the two config loaders, which are a dozen small modules.
 
-`lazy_packages()` puts a stand-in for each of the three heavy packages (`kubernetes_asyncio`,
-`.client`, `.client.models`) into `sys.modules` before their first import. A stand-in is the
+`lazy_packages()` puts a placeholder for each of the three heavy packages (`kubernetes_asyncio`,
+`.client`, `.client.models`) into `sys.modules` before their first import. A placeholder is the
 real package module (the real spec, `__path__` and `__file__`, so its submodules import as
 usual) whose `__init__` has not run yet. A module `__getattr__` (PEP 562) resolves a missing
 name the first time it is asked for, and stores it on the module like an import would:
@@ -24,7 +24,7 @@ name the first time it is asked for, and stores it on the module like an import 
    `__init__`s has been the same from 30.1 to 36.1; were it to change, names would resolve
    through this slower path, never wrongly).
 
-The stand-ins are the only state, and they live where every module does, in `sys.modules`;
+The placeholders are the only state, and they live where every module does, in `sys.modules`;
 when the package is already imported nothing is replaced. `tests/test_kubeclient.py` checks
 that the agent's cluster modules load no model and no API class.
 """
@@ -46,7 +46,7 @@ HEAVY = (ROOT, f"{ROOT}.client", f"{ROOT}.client.models")
 
 
 def lazy_packages() -> None:
-    """Install the stand-ins (once per process; a no-op when the package is already loaded)."""
+    """Install the placeholders (once per process; a no-op when the package is already loaded)."""
     if ROOT in sys.modules:
         return
     parent: ModuleType | None = None
@@ -100,7 +100,7 @@ def _init_source(spec: ModuleSpec) -> str:
 
 
 def _load_in_full(module: ModuleType, spec: ModuleSpec, name: str) -> Any:
-    """Run the real `__init__` into the stand-in: from then on it is the ordinary package."""
+    """Run the real `__init__` into the placeholder: from then on it is the ordinary package."""
     resolver = module.__dict__.pop("__getattr__")
     try:
         assert spec.loader is not None
@@ -116,7 +116,7 @@ def _load_in_full(module: ModuleType, spec: ModuleSpec, name: str) -> Any:
 
 lazy_packages()
 
-# Imported after the stand-ins are in place (hence E402), from the submodules that define them.
+# Imported after the placeholders are in place (hence E402), from the submodules that define them.
 from kubernetes_asyncio.client.api_client import ApiClient  # noqa: E402
 from kubernetes_asyncio.client.configuration import Configuration  # noqa: E402
 from kubernetes_asyncio.client.exceptions import ApiException  # noqa: E402

@@ -1,6 +1,6 @@
 """The loop of update passes both Node agents (cluster and HyperShift) run: a pass whatever fails
 in it, the backoff after a retryable outcome, a wait for the watches otherwise, and the end of
-the process at a simulated reboot."""
+the process when the host's reboot ends it (`Host.reboot_ends_process`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class PassLoop:
     retry_delays: tuple[float, ...] = RETRY_DELAYS
 
     async def run(self) -> int:
-        """Until cancelled; returns 3 when a simulated reboot ends the process."""
+        """Until cancelled; returns 3 when the host's reboot ends the process."""
         failures = 0
         while True:
             self.wakeup.clear()

@@ -1,1 +1,2 @@
-"""Host ports: the only way the engine touches a host (real, simulated, or none for dry runs)."""
+"""Host ports: the only way the engine touches a host (this machine, another implementation
+of the ports, or none for dry runs)."""

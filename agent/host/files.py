@@ -5,9 +5,9 @@ symlink planted anywhere in the path cannot redirect a write; the file itself is
 temporary sibling, fsynced, renamed over the target, and the directory is fsynced.
 
 The only symlinks followed are ostree's own layout links, each at its place with its target and
-owned by root (or by the user running the agent, for a simulated host): on an ostree or bootc
-host `/home -> var/home`, `/root -> var/roothome`, `/usr/local -> ../var/usrlocal` and the
-like (OSTREE_LINKS), through which the MCD writes `/home/core/.ssh/...`."""
+owned by root (or by the user running the agent, for a host laid out in a folder): on an
+ostree or bootc host `/home -> var/home`, `/root -> var/roothome`, `/usr/local ->
+../var/usrlocal` and the like (OSTREE_LINKS), through which the MCD writes `/home/core/.ssh/...`."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ class RootedFiles:
                  set_owner: bool = True) -> None:  # fmt: skip
         self.root = Path(root)
         self._is_allowed = is_allowed
-        # False only for a simulated host run by an unprivileged user (the demo from a plain
+        # False only for a host laid out in a folder by an unprivileged user (the demo from a plain
         # `pip install`, the DaemonSet image's non-root default): owners are still looked up,
         # so an unknown user fails as on a real host, but not set.
         self._set_owner = set_owner
@@ -376,7 +376,7 @@ class RootedFiles:
 
     def owner_ids(self, user: Owner, group: Owner) -> tuple[int, int] | None:
         """The numeric owner a write with `user` and `group` gives; None where writes set no
-        owner (a simulated host run unprivileged)."""
+        owner (a host laid out in a folder, run unprivileged)."""
         return (self._uid(user), self._gid(group)) if self._set_owner else None
 
     def list_dir(self, path: str) -> list[str]:

@@ -1,7 +1,8 @@
 """The host ports the engine drives, as Protocols, and the bundle that carries them.
 
-A real host (`host/bootc.py`, `host/systemd.py`), the simulated host (`host/simulated.py`) and
-test doubles all implement these; the engine never reaches a host any other way."""
+The real host (`host/bootc.py`, `host/systemd.py`) implements these, and so can anything
+else the agent is pointed at (a host without a machine, a test double); the engine never
+reaches a host any other way."""
 
 from __future__ import annotations
 
@@ -196,8 +197,9 @@ class Host:
     system: SystemPort
     health: HealthPort
     state_dir: Path = field(default=Path())
-    # A simulated reboot ends the agent process (its next start is the next boot); on a real
-    # host the agent waits for the shutdown to stop it, so nothing restarts it mid-reboot.
+    # On a host without a machine a reboot ends the agent process (its next start is the next
+    # boot); on a real host the agent waits for the shutdown to stop it, so nothing restarts
+    # it mid-reboot.
     reboot_ends_process: bool = False
 
     def __post_init__(self) -> None:

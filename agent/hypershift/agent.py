@@ -201,7 +201,7 @@ class HypershiftAgent:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> int:
-        """Until cancelled; returns 3 when a simulated reboot ends the process."""
+        """Until cancelled; returns 3 when the host's reboot ends the process."""
         node_task = asyncio.create_task(self.node.run())
         prestage_task: asyncio.Task[None] | None = None
         try:

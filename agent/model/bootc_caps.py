@@ -1,8 +1,8 @@
 """What the host's bootc can do, read from its `--help` (never from its version number), and
 what that means for the agent: which pre-stage path, which tag check, whether a soft reboot.
 
-The facts per release are in `/work/shared/reference/bootc-versions.md` (model/bootc_releases.py
-lists them); the paths, best first:
+What each release has, with bootc's source cited, is in docs/bootc-releases.md; the paths,
+best first:
 - `switch --download-only` (bootc >= 1.16.10): the image is staged locked, so an ordinary reboot
   discards it instead of booting it; the turn only unlocks it (`upgrade --from-downloaded`).
 - pre-pull (every bootc from 1.6): the image `NAME@DIGEST` is pulled into the booted sysroot's
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-
-from agent.model.bootc_releases import features_of
 
 # Where the pre-pull writes: the booted sysroot's repository, which bootc stages from.
 SYSROOT = "/sysroot"
@@ -84,15 +82,15 @@ def parse_version(text: str) -> str:
     return match.group(1) if match else ""
 
 
-# Each capability that a `--help` lists: the verb, its flag, and the release-table feature.
-_LISTED: dict[str, tuple[str, str, str]] = {
-    "switch_download_only": ("switch", "--download-only", "switch-download-only"),
-    "upgrade_download_only": ("upgrade", "--download-only", "upgrade-download-only"),
-    "switch_from_downloaded": ("switch", "--from-downloaded", "switch-from-downloaded"),
-    "upgrade_from_downloaded": ("upgrade", "--from-downloaded", "upgrade-from-downloaded"),
-    "upgrade_tag": ("upgrade", "--tag", "upgrade-tag"),
-    "soft_reboot": ("upgrade", "--soft-reboot", "soft-reboot"),
-    "sigpolicy": ("switch", "--enforce-container-sigpolicy", "switch-sigpolicy"),
+# Each capability that a `--help` lists: the verb and its flag.
+LISTED: dict[str, tuple[str, str]] = {
+    "switch_download_only": ("switch", "--download-only"),
+    "upgrade_download_only": ("upgrade", "--download-only"),
+    "switch_from_downloaded": ("switch", "--from-downloaded"),
+    "upgrade_from_downloaded": ("upgrade", "--from-downloaded"),
+    "upgrade_tag": ("upgrade", "--tag"),
+    "soft_reboot": ("upgrade", "--soft-reboot"),
+    "sigpolicy": ("switch", "--enforce-container-sigpolicy"),
 }
 
 
@@ -109,25 +107,10 @@ def from_help(
     flags are probed separately: `progress_fd`, `image_pull`)."""
     flags = {"switch": set(_FLAG.findall(switch_help)), "upgrade": set(_FLAG.findall(upgrade_help))}
     return Capabilities(
-        **{name: flag in flags[verb] for name, (verb, flag, _) in _LISTED.items()},
+        **{name: flag in flags[verb] for name, (verb, flag) in LISTED.items()},
         image_pull=image_pull,
         lock_finalization=lock_finalization,
         progress_fd=progress_fd or "--progress-fd" in flags["switch"],
-        version=version,
-    )
-
-
-def release_capabilities(version: str) -> Capabilities:
-    """What the `--help` of release `version` lists, from the release table (the simulated host
-    speaks it; the agent itself always probes). The hidden `--progress-fd` is in every release
-    (cli.rs v1.6.0:45), and every bootc >= 1.6 needs an ostree (>= 2025.2) that has
-    `admin lock-finalization` (>= 2023.8). ValueError for a version outside the table."""
-    has = features_of(version)
-    return Capabilities(
-        **{name: feature in has for name, (_, _, feature) in _LISTED.items()},
-        image_pull="internals-image-pull" in has,
-        lock_finalization=True,
-        progress_fd=True,
         version=version,
     )
 

@@ -12,8 +12,7 @@ compares the booted deployment's /usr/etc with the live /etc and prints one line
 mode, uid or gid, a symlink's target, or the entry's type), `D` in /usr/etc but not in /etc,
 `A` only in /etc; every `M` first, then every `D`, then every `A`. A directory is a line of its
 own when its own mode or owner changed; a removed directory is one `D`, an added one an `A`
-for it and for each entry under it. (agent/host/etc_diff.py computes the same text for a
-simulated host.)
+for it and for each entry under it.
 
 Not every difference is drift: some files differ from the image on every host by design
 (`DEFAULT_ETC_IGNORE`), and the files the agent itself manages live are the caller's to

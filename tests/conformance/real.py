@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from agent.demo.loopback import make_host
+from standins.demo.loopback import make_host
 from tests.conformance.kit import MCO_NS, Kit, KitCluster
 from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness
 from tests.scenarios.rest import WatchRefused, admin_watch, collection, follow, put_object

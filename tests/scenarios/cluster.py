@@ -10,8 +10,8 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from agent.demo.objects import machine_config
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH
+from standins.demo.objects import machine_config
 from tests import secrets_canary as canary
 from tests.scenarios import mcd_node
 from tests.scenarios.harness import Harness, P

@@ -1,4 +1,4 @@
-"""The scenarios' primitives on the project's loopback API server (agent/demo/fakekube)."""
+"""The scenarios' primitives on the project's loopback API server (standins/kube)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from agent.demo.fakekube import Change, FakeKube, Rule, service_account_rules
-from agent.demo.loopback import Cluster, make_host
+from standins.demo.loopback import Cluster, make_host
+from standins.kube import Change, FakeKube, Rule, service_account_rules
 from tests.scenarios.harness import DEFAULT_ANNOTATIONS, Harness, logged, wait_logged
 
 P = "machineconfiguration.openshift.io/"

@@ -25,9 +25,9 @@ from typing import Any
 
 import aiohttp
 
-from agent.demo.loopback import P, stop_processes
-from agent.demo.objects import machine_config
-from agent.host.simulated import SimulatedHost
+from standins.demo.loopback import P, stop_processes
+from standins.demo.objects import machine_config
+from standins.host.simulated import SimulatedHost
 from tests import secrets_canary as canary
 
 Annotations = dict[str, str]

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.demo.fakekube import FakeKube
-from agent.demo.loopback import make_host
-from agent.demo.objects import machine_config
-from agent.host.simulated import SimulatedHost
 from agent.model.dataurl import decode_data_url
+from standins.demo.loopback import make_host
+from standins.demo.objects import machine_config
+from standins.host.simulated import SimulatedHost
+from standins.kube import FakeKube
 from tests.scenarios.hypershift_payload import ignition
 from tests.scenarios.hypershift_standin import (
     CURRENT,

@@ -22,7 +22,8 @@ The config-version hash is FNV-32a (`%08x`) of the Ignition bytes, a NUL and the
 version, as the kit's `hcp-target` computes it (HyperShift hashes the config with the release
 version: nodepool/config.go:165-167, support/util/util.go:204-209).
 
-MachineConfigs to encode: `agent.demo.objects.machine_config` (re-exported by tests/builders.py)."""
+MachineConfigs to encode: `standins.demo.objects.machine_config` (re-exported by
+tests/builders.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Stand-ins of HyperShift's InPlace controllers on the project's loopback API server
-(agent/demo/fakekube), for the HyperShift scenarios and the benchmark when the kit's real
+(standins/kube), for the HyperShift scenarios and the benchmark when the kit's real
 `hypershift-inplace` is not there. They mirror the hosted-cluster-config-operator's
 `inplaceupgrader` and `drainer` as the reference cites them
 (../shared/reference/hypershift-inplace.md, "the reference" below, at openshift/hypershift
@@ -13,7 +13,7 @@ observed", "the kit" below):
   `kit-node-read-upgrade-config`), one kubeconfig per Node. No ServiceAccount: the loopback
   server serves none and admits pods without one. With `rbac` (deploy/hypershift/rbac.yaml),
   the identities also get exactly what that file grants group system:nodes once NODEPOOL is
-  replaced, as the loopback server's RBAC reads it (agent/demo/fakekube/rbac.py): what an
+  replaced, as the loopback server's RBAC reads it (standins/kube/rbac.py): what an
   operator following docs/operations.md adds to the kit's grant.
 * `InPlaceUpgrader`: keeps the management side (MachineSet, Machines, token Secrets) in memory
   and plays `hcp-target` (`set_target`); reconciles on every change of its Nodes, as the real
@@ -24,7 +24,7 @@ observed", "the kit" below):
 * `Drainer`: answers `desiredDrain` on any Node (drainer.go:46-154, reference §2 step 16).
 
 Both write through the in-process store API (no identity, no admission), as the machine-config
-stand-ins of agent/demo/fakekube do, and run on the caller's event loop; `start()` and
+stand-ins of standins/kube do, and run on the caller's event loop; `start()` and
 `await stop()` leave no task behind. Several node pools may share one server: one
 `InPlaceUpgrader` per pool, one `Drainer` per server (it acts on every Node, as the real one).
 
@@ -54,8 +54,8 @@ from typing import Any
 
 import yaml
 
-from agent.demo.fakekube import ApiError, Change, FakeKube, Identity, Rule, node_rules
-from agent.demo.fakekube.disruption import evict
+from standins.kube import ApiError, Change, FakeKube, Identity, Rule, node_rules
+from standins.kube.disruption import evict
 from tests.scenarios.hypershift_payload import (
     config_hash,
     encode_ignition,

@@ -128,7 +128,7 @@ ENCAPSULATED = "/etc/ignition-machine-config-encapsulated.json"
 IGNITION_PRESET = "/etc/systemd/system-preset/20-ignition.preset"
 UNIT_DIR = "/etc/systemd/system"
 IMAGE_UNIT_DIR = "/usr/lib/systemd/system"
-# systemd's unit search path (lookup-paths.c), as agent/host/unit_files.py reads it.
+# systemd's unit search path (lookup-paths.c), as standins/host/unit_files.py reads it.
 _UNIT_PATHS = (UNIT_DIR, "/run/systemd/system", IMAGE_UNIT_DIR, "/lib/systemd/system")
 _INSTALL_LINKS = {"WantedBy": ".wants", "RequiredBy": ".requires", "UpheldBy": ".upholds"}
 _FIRST_UID = 1001  # useradd's next id on a host whose only user is core (1000)

@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from agent.demo.objects import machine_config
-from agent.host.shared_registry import PullRecord, pull_records
+from standins.demo.objects import machine_config
+from standins.host.registry import PullRecord, pull_records
 from tests.builders import ign_file
 from tests.scenarios.hostedpool import HostedBackend, HostedPool, StandInHosted
 from tests.scenarios.pool_rollouts import LANE_FILES, LANE_IMAGE_BYTES, merged_pulls

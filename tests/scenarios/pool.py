@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.demo.loopback import make_host
-from agent.host.simulated import SimulatedHost
+from standins.demo.loopback import make_host
+from standins.host.simulated import SimulatedHost
 from tests.scenarios.backend import MCO_NS, PoolBackend
 from tests.scenarios.mcd_node import OS_UNITS, provision
 from tests.scenarios.rest import AdminClient, follow, put_object

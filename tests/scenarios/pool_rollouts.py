@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from agent.demo.fakekube import NodeController
-from agent.host.shared_registry import PullRecord, pull_records
+from standins.host.registry import PullRecord, pull_records
+from standins.kube import NodeController
 from tests.scenarios.backend import MCO_NS, PoolBackend
 from tests.scenarios.mcd_node import OS_UNITS
 from tests.scenarios.pool import MC_PATH, MCN_COLUMNS, MccCluster, P, bootstrapped, machine_config

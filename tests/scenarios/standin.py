@@ -1,4 +1,4 @@
-"""A pool backend with no peer binaries: the project's loopback API server (agent/demo/fakekube)
+"""A pool backend with no peer binaries: the project's loopback API server (standins/kube)
 with the stand-ins of the machine-config-controller's render, node and drain controllers, set up
 as the kit's `mcc-up` sets up the real one (its objects as lib/gen-objects.py writes them: the
 master and worker pools, the ControllerConfig, Nodes worker-0..N-1 Ready with a kubelet's
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.demo.fakekube import FakeKube, NodeController, RenderController
-from agent.demo.fakekube.render_controller import GENERATED_BY, STANDIN_VERSION
+from standins.kube import FakeKube, NodeController, RenderController
+from standins.kube.render_controller import GENERATED_BY, STANDIN_VERSION
 from tests.fixtures_paths import MCC_CONTROLLER_CONFIG, MCC_RENDERED_WORKER
 from tests.scenarios.backend import MCO_NS, PoolBackend
 from tests.scenarios.fake import AGENT_SA, agent_rules
@@ -118,7 +118,7 @@ class StandInCluster(PoolBackend):
 
     async def apply_rbac(self, path: Path) -> None:
         """The service account and what the file's Roles and bindings grant it, as the loopback
-        server's RBAC reads them (agent/demo/fakekube/rbac.py)."""
+        server's RBAC reads them (standins/kube/rbac.py)."""
         self.kube.service_account(MCO_NS, AGENT_SA, agent_rules(path))
 
     async def token_for(self, service_account: str, namespace: str = MCO_NS) -> str:

@@ -1,7 +1,7 @@
 """On-disk validation on a real host: the config drift monitor's real inotify in the machine,
 unit file states from the machine's systemd over D-Bus (GetUnitFileState), the force file in
 the machine's own /run; and a node taken over from the machine-config-daemon in cluster mode,
-against the repository's loopback API server (agent/demo/fakekube) served from this process on
+against the repository's loopback API server (standins/kube) served from this process on
 127.0.0.1 (the machine shares the host's network).
 
 The same cases as tests/test_drift.py and tests/test_takeover.py on the simulated host. Each
@@ -24,9 +24,9 @@ from typing import Any
 import yaml
 
 from agent.core.policy import FORCE_FILE, SSH_KEYS_PATH
-from agent.demo.fakekube import FakeKube
-from agent.demo.loopback import SA_RULES, SCOPED_SA_RULES
 from agent.model.mcd_disk import CURRENT_CONFIG_PATH, CURRENT_IMAGE_PATH, on_disk_config
+from standins.demo.loopback import SA_RULES, SCOPED_SA_RULES
+from standins.kube import FakeKube
 from tests import secrets_canary as canary
 from tests.scenarios.mcd_node import DIR_FIELDS, FILE_FIELDS, P, done_annotations, entry
 from tests.system.machine import Machine, MachineError

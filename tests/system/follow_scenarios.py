@@ -10,7 +10,7 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 
 from agent.model.bootc_caps import REPO, listed
-from agent.model.bootc_releases import features_of
+from standins.bootc_releases import features_of
 from tests.system.machine import Machine, MachineError
 from tests.system.registry import free_port
 from tests.system.scenarios import (

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from agent.model import bootc_caps, bootc_releases
+from agent.model import bootc_caps
+from standins import bootc_releases
 from tests.system.follow_scenarios import (
     CHECK_INTERVAL,
     expect_boot,
@@ -21,7 +22,7 @@ from tests.system.trust_scenarios import KEY, POLICY, REGISTRIES_D, policies, si
 from tests.system.world import MULTI, Image, World
 
 REPO = bootc_caps.REPO  # /sysroot/ostree/repo: where bootc's pull and the agent's pre-pull write
-# Capability field -> the release feature that gives it (agent/model/bootc_releases.py).
+# Capability field -> the release feature that gives it (standins/bootc_releases.py).
 CAPS_FEATURES = {
     "switch_download_only": "switch-download-only",
     "upgrade_download_only": "upgrade-download-only",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.model.bootc_releases import features_of
+from standins.bootc_releases import features_of
 from tests.system.drift_scenarios import config_drift, mcd_takeover
 from tests.system.machine import Machine, MachineError
 from tests.system.rootfs import REPO

@@ -28,7 +28,7 @@ import run as vm  # noqa: E402  (vm-tests/run.py: the qemu driver and seed helpe
 from disk import GUEST_REGISTRY, Disk, ensure_disk  # noqa: E402
 
 from agent.model.bootc_caps import pull_argv  # noqa: E402
-from agent.model.bootc_releases import DEFAULT_PERSONA, features_of  # noqa: E402
+from standins.bootc_releases import DEFAULT_PERSONA, features_of  # noqa: E402
 from tests.system.rootfs import REPO  # noqa: E402
 from tests.system.world import AGENT_ENV, DESIRED, KEY_A, World  # noqa: E402
 

@@ -1,5 +1,5 @@
 """`image-mode-agent demo` on an embedded loopback cluster: the machine-config-controller's
-side is played by the loopback API server (agent/demo/fakekube) and its drain-controller simulator;
+side is played by the loopback API server (standins/kube) and its drain-controller simulator;
 the agent is the real process; the host is simulated. The timeline prints every change of the
 MCO annotations on the Node object as the API server commits it."""
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.demo.loopback import Cluster, P
+from standins.demo.loopback import Cluster, P
 
 SHOWN = ("state", "desiredConfig", "currentConfig", "desiredImage", "currentImage",
          "desiredDrain", "lastAppliedDrain", "post-config-action", "reason")  # fmt: skip

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.host.simulated import SimulatedHost
+from standins.host.simulated import SimulatedHost
 
 IMAGE = "quay.example/os/node"
 CHECK = """#!/bin/sh
@@ -154,7 +154,7 @@ class Demo:
 def run_demo(keep: bool = False, file_mode: bool = False) -> int:
     """The cluster timeline on the embedded loopback API server, or (`--file-mode`) the
     file-mode timeline on the simulated host alone."""
-    from agent.demo.cluster import run_cluster_demo
+    from standins.demo.cluster import run_cluster_demo
 
     base = Path(tempfile.mkdtemp(prefix="image-mode-agent-demo-"))
     demo = Demo(base)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.cluster.kubeconfig import KUBECONFIG_DATA_NAME, KUBECONFIG_DATA_NAMESPACE
-from agent.demo.fakekube import FakeKube, Rule
-from agent.demo.objects import machine_config
-from agent.host.simulated import SimulatedHost
+from standins.demo.objects import machine_config
+from standins.host.simulated import SimulatedHost
+from standins.kube import FakeKube, Rule
 
 P = "machineconfiguration.openshift.io/"
 SA_RULES = [

@@ -7,7 +7,7 @@ module-global: several servers may run in one process.
 
 Quick tour::
 
-    from agent.demo.fakekube import FakeKube, Identity
+    from standins.kube import FakeKube, Identity
 
     kube = FakeKube(bookmark_interval=0.2)           # keyword options, see FakeKube.__init__
     await kube.start()                               # random free port; kube.url, kube.port

@@ -1,5 +1,5 @@
 """A simulated registry whose bandwidth the pulls of many simulated hosts share, across
-processes, and the log it keeps of them (agent/host/simulated.py pulls through it).
+processes, and the log it keeps of them (standins/host/simulated.py pulls through it).
 
 `directory` is a folder every host of the registry names (its registry.json `link`),
 `registry_bps` (B) the bytes per second shared by every pull running at that moment,

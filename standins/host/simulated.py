@@ -10,7 +10,7 @@ Layout of DIR:
   actions.log      one JSON line per unit action, command, layer pulled and reboot, in order
 
 It speaks one bootc release (`bootc_version` in host.json, default the newest persona of
-model/bootc_releases.py), with that release's capabilities and status fields: from 1.16.10 a
+standins/bootc_releases.py), with that release's capabilities and status fields: from 1.16.10 a
 stage asked to be locked is `switch --download-only` and `unlock_staged()` (`bootc upgrade
 --from-downloaded`) arms it; a stage not asked to be locked, and every stage before 1.16.10 (a
 locked one is refused there), is an ordinary staged deployment; and `pull()` (the
@@ -37,7 +37,7 @@ as containers/image does: refused before any layer is pulled, with its words.
 Pull time: an image is 64 MiB x (1 + its files) bytes. Without a shared link a layer takes the
 image's `pull_seconds` / LAYERS. With one (`set_shared_link`: registry.json `link`, set per
 host), many hosts' pulls share one registry's bandwidth, across processes
-(agent/host/shared_registry.py), and `pull_seconds` is not used. Registry "down", a full disk
+(standins/host/registry.py), and `pull_seconds` is not used. Registry "down", a full disk
 and cancellation act as without a link, between layers; a layer cut off mid-way is fetched
 again from its start."""
 
@@ -58,18 +58,19 @@ from agent.core.trust import StageTrust, admitted
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
 from agent.host.durable import read_json, write_json
-from agent.host.etc_diff import simulated_config_diff
 from agent.host.files import RootedFiles
 from agent.host.health import CheckRunner
 from agent.host.ports import Host, Progress, ProgressCallback
-from agent.host.shared_registry import LinkEntry, SharedLink
-from agent.host.unit_files import unit_file_state
-from agent.model.bootc_caps import REPO, Capabilities, pull_imgref, release_capabilities
+from agent.model.bootc_caps import REPO, Capabilities, pull_imgref
 from agent.model.bootc_check import check_argv
-from agent.model.bootc_releases import DEFAULT_PERSONA, features_of
 from agent.model.bootc_status import BootcHost, bootc_host_from_object
 from agent.model.imageref import ImageRef, parse_image_ref
 from agent.model.sigpolicy import POLICY_PATH, REJECT, parse_policy
+from standins.bootc_releases import DEFAULT_PERSONA, features_of
+from standins.capabilities import release_capabilities
+from standins.host.etc_diff import simulated_config_diff
+from standins.host.registry import LinkEntry, SharedLink
+from standins.host.unit_files import unit_file_state
 
 _PASSWD = "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/home/core:/bin/bash\n"
 _GROUP = "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n"
@@ -558,7 +559,7 @@ class SimulatedBootc:
         return bootc_host_from_object(self.sim.status_document())
 
     async def capabilities(self) -> Capabilities:
-        """What this release's `--help` lists (model/bootc_caps.py release_capabilities)."""
+        """What this release's `--help` lists (standins/capabilities.py)."""
         return release_capabilities(self.sim.bootc_version)
 
     def _image(self, image: ImageRef, verb: str) -> dict[str, Any]:

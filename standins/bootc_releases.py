@@ -1,7 +1,7 @@
 """What each released bootc has, as read from its source at the release tag
 (`/work/shared/reference/bootc-versions.md`, capability table; file:line per feature below).
 
-Pure data and standard library only: the test stand-ins of bootc (`tests/standin/bootc`, the
+Pure data and standard library only: the test stand-ins of bootc (`standins/bin/bootc`, the
 system tier's and the ostree tier's guest bootc) load this file by path to speak a release
 ("persona"), and the simulated host reads it through `features_of`. The agent itself never
 decides anything from a version number: it probes `--help` (model/bootc_caps.py)."""

@@ -15,7 +15,7 @@ each Node's turn fetched, the API requests per agent, and whether the pre-pulls 
 
 The agents run with their default flags plus `--prestage MODE`: bounded pre-pulls, one lane
 (`--prestage-slots auto`), in the upgrader's order. On the stand-ins the NodePool's nodes get
-deploy/hypershift/rbac.yaml as the operations guide applies it; the kit's `hcp-up` grants the
+deploy/hypershift/rbac.yaml as docs/install.md applies it; the kit's `hcp-up` grants the
 upgrade ConfigMap only, so on the real upgrader the agents fall back to the jitter (the Events
 say so). `--jitter J` and `--slots K` pass `--prestage-jitter J` and `--prestage-slots K`;
 `--reboot R` keeps each simulated reboot down R seconds before the agent starts again (default

@@ -34,11 +34,12 @@ agent made (reads and writes, summed over its process lives from the restart to 
 the ratio off/pool and the issue's two targets: ratio >= 1.7 at N=6, P=20, and the pre-staged
 rollout <= P + N x (its own per-node time: those Nodes pulled nothing at their turn) + 15 s.
 
-With `--bootc V` (repeatable), every simulated host speaks bootc release V (model/
-bootc_releases.py): 1.16.10 pre-stages locked (`switch --download-only`), older releases pre-pull
-into the repository and stage at the turn. Pre-staged rollouts only, `--repeat` times each; printed
-per release: the median rollout, the bytes each Node's stage fetched at its turn (0 when the
-pre-stage or pre-pull held), and the ratio to the last release given. Target (the issue's): 1.12.0
+With `--bootc V` (repeatable), every simulated host speaks bootc release V
+(standins/bootc_releases.py, docs/bootc-releases.md §2): 1.16.10 pre-stages locked
+(`switch --download-only`), older releases pre-pull into the repository and stage at the turn.
+Pre-staged rollouts only, `--repeat` times each; printed per release: the median rollout, the
+bytes each Node's stage fetched at its turn (0 when the pre-stage or pre-pull held), and the
+ratio to the last release given. Target (the issue's): 1.12.0
 and 1.16.9 within 10 % of 1.16.10, and 0 bytes at every turn.
 """
 

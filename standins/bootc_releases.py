@@ -1,14 +1,20 @@
-"""What each released bootc has, as read from its source at the release tag
-(`/work/shared/reference/bootc-versions.md`, capability table; file:line per feature below).
+"""What each released bootc has, as read from its source at the release tag (file:line per
+feature below; docs/bootc-releases.md tells what each one means for the agent).
+
+The sources are https://github.com/bootc-dev/bootc at the tag named (v1.6.0, v1.7.0, v1.12.0,
+v1.15.0, v1.16.9), where `cli.rs` is crates/lib/src/cli.rs, `spec.rs` crates/lib/src/spec.rs,
+`status.rs` crates/lib/src/status.rs and `ext-cli.rs` crates/ostree-ext/src/cli.rs; v1.16.10's
+two flags come from its release notes (https://github.com/bootc-dev/bootc/releases/tag/v1.16.10,
+pull request #2342).
 
 Pure data and standard library only: the test stand-ins of bootc (`standins/bin/bootc`, the
 system tier's and the ostree tier's guest bootc) load this file by path to speak a release
 ("persona"), and the simulated host reads it through `features_of`. The agent itself never
-decides anything from a version number: it probes `--help` (model/bootc_caps.py)."""
+decides anything from a version number: it probes `--help` (agent/model/bootc_caps.py)."""
 
 from __future__ import annotations
 
-# feature -> (first release that has it, where the reference read it)
+# feature -> (first release that has it, where its source says so)
 FEATURES: dict[str, tuple[str, str]] = {
     "switch-sigpolicy": ("1.6.0", "switch --enforce-container-sigpolicy: cli.rs v1.6.0:116"),
     "internals-image-pull": (
@@ -21,7 +27,10 @@ FEATURES: dict[str, tuple[str, str]] = {
     "upgrade-download-only": ("1.12.0", "upgrade --download-only: cli.rs v1.12.0:109"),
     "upgrade-from-downloaded": ("1.12.0", "upgrade --from-downloaded: cli.rs v1.12.0:117"),
     "status-download-only": ("1.12.0", "status downloadOnly: spec.rs v1.12.0:252"),
-    "podman-for-stage-pull": ("1.12.0", "podman before the pull of upgrade/switch: cli.rs:1030"),
+    "podman-for-stage-pull": (
+        "1.12.0",
+        "podman before the pull of upgrade/switch: cli.rs v1.12.0:1030",
+    ),
     "upgrade-tag": ("1.15.0", "upgrade --tag: cli.rs v1.15.0:131, spec.rs:160"),
     "podman-for-check": ("1.15.1", "podman for upgrade --check: cli.rs v1.16.9:1264"),
     "switch-download-only": ("1.16.10", "switch --download-only: PR #2342, release v1.16.10"),

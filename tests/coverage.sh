@@ -3,8 +3,8 @@
 # The agent processes the tests start (`python -m agent run ...`) are measured too: most of the
 # agent runs there (pyproject.toml's [tool.coverage.run]). Not measured: agents started by
 # systemd or inside the system and VM tiers' machines. Writes build/coverage/html/index.html
-# and ends with one line "coverage: statements N%, branches N%, total N%" (total: coverage.py's
-# own figure, statements and branches together); exits with pytest's status.
+# and ends with one line "coverage: statements N%, branches N%, total N%" (total: the coverage
+# package's own figure, statements and branches together); exits with pytest's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv && .venv/bin/pip install -q -e '.[test,coverage]'

@@ -1,5 +1,5 @@
-"""Canary secrets, defined once for every tier that checks DESIGN.md §4 ("contents of secrets
-never reach a log, an Event or a reason"): the cluster scenarios (tests/scenarios/harness.py)
+"""Canary secrets, defined once for every tier that checks that no secret's contents ever show in
+a log, an Event or a reason: the cluster scenarios (tests/scenarios/harness.py)
 and the system tier (tests/system/secrets.py) put these into every desired state, collect
 everything the agent emitted, and scan it here.
 
@@ -41,7 +41,7 @@ PASSWORD_HASH = (
 )
 AUTH_TOKEN = base64.b64encode(f"{REGISTRY_USER}:{REGISTRY_PASSWORD}".encode()).decode()
 PULL_SECRET_PATH = "/var/lib/kubelet/config.json"
-# The registry of the cluster tier's simulated images (standins/demo/loopback.IMAGE).
+# The registry of the cluster tier's simulated images (`IMAGE` in standins/demo/loopback.py).
 CLUSTER_REGISTRY = "quay.example"
 # The agent's records of its input in its state dir (agent/update/configstore.py): the
 # MachineConfig documents verbatim, so they hold the secrets on purpose (mode 0600).

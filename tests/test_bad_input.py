@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.cluster.agent import parsed
+from agent.cluster.inputs import parsed
 from agent.cluster.pool import PoolError, pools_for_node
 from agent.cluster.watch import ObjectWatch
 from agent.errors import HostError, InputError

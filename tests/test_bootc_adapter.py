@@ -539,7 +539,7 @@ def test_error_message_is_the_error_lines() -> None:
     )
 
 
-# -- signatures (core/trust.py decides; the adapter passes it on) ---------------------------------
+# -- signatures (agent/core/trust.py decides; the adapter passes it on) ---------------------------
 ENFORCED = StageTrust(enforce=True, scope="default: reject")
 
 

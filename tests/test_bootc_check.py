@@ -1,4 +1,4 @@
-"""model/bootc_check.py: which `bootc upgrade --check` asks where a tag points, and what its
+"""agent/model/bootc_check.py: which `bootc upgrade --check` asks where a tag points, and what its
 output means (the shapes are bootc's `upgrade()` in crates/lib/src/cli.rs)."""
 
 from __future__ import annotations

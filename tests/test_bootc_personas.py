@@ -1,6 +1,6 @@
 """Every bootc release the agent supports, on the simulated host: an image update, a pre-stage
 held until the turn, a followed tag, signature enforcement and a rollback, each on every persona
-(standins/bootc_releases.py), with the path the release allows (bootc-versions.md)."""
+(standins/bootc_releases.py), with the path the release allows (docs/bootc-releases.md)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ async def test_a_followed_tag_is_checked_the_way_the_release_can(
 ) -> None:
     """The first check asks bootc about its own spec (`upgrade --check`); once the host runs a
     digest, only `--tag` (1.15+) can ask bootc about the tag, else the agent asks the registry
-    (skopeo, host/skopeo.py). Both give the digest the tag points to."""
+    (skopeo, agent/host/skopeo.py). Both give the digest the tag points to."""
     fleet = Fleet(tmp_path, Scripted(answers=[False, True]))
     fleet.sim.set_bootc_version(version)
     first = fleet.push(name="one")

@@ -148,8 +148,9 @@ def test_tier_without_the_kit_is_not_run(tmp_path: Path) -> None:
 
 
 def test_tier_without_the_controller_lists_its_tests_as_not_run(tmp_path: Path) -> None:
-    """With a cluster's binaries (fakes: none of these tests starts one) and no controller,
-    every test of test_mcc.py is listed as not run, by name and reason, and nothing fails."""
+    """With a cluster's binaries (fakes: none of these tests starts one) and no controller, every
+    test of tests/conformance/test_mcc.py is listed as not run, by name and reason, and nothing
+    fails."""
     env = {"IMAGE_MODE_AGENT_KIT": str(fake_kit(tmp_path)),
            "KIT_BIN": str(fake_bin(tmp_path / "bin", *peers.CLUSTER))}  # fmt: skip
     out = tier(env, "-k", "test_mcc")

@@ -69,7 +69,7 @@ def test_every_manifest_parses_and_says_what_it_is_for() -> None:
         text = f.read_text()
         assert text.startswith("# "), f"{f.name}: no header comment"
         header = text.split("\napiVersion:", 1)[0]
-        assert "docs/operations.md" in header, f"{f.name}: header does not point at the docs"
+        assert "docs/install.md" in header, f"{f.name}: header does not point at the docs"
         for doc in _docs(f.name):
             assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], f.name
             if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",

@@ -1,5 +1,5 @@
 """deploy/hypershift/: what an operator installs to run the agent as the node side of a hosted
-cluster's InPlace NodePool (route C of ../shared/reference/hypershift-inplace.md §5), checked
+cluster's InPlace NodePool (docs/mco-protocol.md §15), checked
 on the loopback API server (standins/kube):
 
 * rbac.yaml, as the RBAC authorizer reads it (fakekube's rules_for_user, Group subject
@@ -95,7 +95,7 @@ def test_manifests_parse_and_say_what_they_are_for() -> None:
     for name in ("rbac.yaml", "admission.yaml"):
         header = _header(name)
         assert header.startswith("# "), name
-        assert "docs/operations.md" in header and "HyperShift" in header, name
+        assert "docs/install.md" in header and "HyperShift" in header, name
         assert "NODEPOOL" in header, f"{name}: does not say to replace NODEPOOL"
         for doc in _docs(name):
             assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], name
@@ -284,7 +284,7 @@ async def test_node_identity_uses_the_lanes_and_lists_nodes_and_nothing_more(
 
 
 def _pod(name: str) -> dict[str, Any]:
-    """A pod as the upgrader makes it (inplaceupgrader.go:399-470, reference §2 step 13)."""
+    """A pod as the upgrader makes it (docs/mco-protocol.md §15 step 13)."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE},
                      "hostNetwork": True, "hostPID": True, "restartPolicy": "OnFailure",

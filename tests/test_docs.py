@@ -1,5 +1,6 @@
-"""docs/operations.md stays true to the code: every flag, metric, Event reason, environment
-variable, reason text, host error kind and health check the agent can produce is documented.
+"""The reference and the runbooks stay true to the code: every flag, metric, Event reason and
+environment variable the agent has is in docs/reference.md, and every reason text, host error kind
+and health check it can produce is in docs/operate.md's troubleshooting tables.
 
 How each list is taken from the code (so that a new one fails this test until it is documented):
 
@@ -22,7 +23,7 @@ How each list is taken from the code (so that a new one fails this test until it
   reason)`, `Verdict(decision, cause)`, `_degrade(rec, cause)`, `_reboot(rec, plan, why)`,
   `DrainTimeout(text)`, the drain `report(text)`, `cause=`/`reasons=` keywords,
   `reasons.append/insert/extend`, the returns of `*_reasons()` and of `render()` in
-  host/ports.py, i.e. `Progress.render()`).
+  agent/host/ports.py, i.e. `Progress.render()`).
   A local name passed there is resolved to the literals assigned to it in the same function;
   a local name used inside an f-string is inlined when every assignment to it is a literal,
   or expanded to each value when it is a loop variable over literal strings (`for section
@@ -61,7 +62,8 @@ from agent.host import bootc_errors
 from agent.observe.metrics import Metrics
 
 TOP = Path(__file__).resolve().parents[1]
-GUIDE = TOP / "docs" / "operations.md"
+REFERENCE = TOP / "docs/reference.md"  # commands, metrics, Events, environment
+OPERATE = TOP / "docs/operate.md"  # reason texts, host error kinds, health checks
 SOURCES = sorted(p for p in (TOP / "agent").rglob("*.py") if "demo" not in p.parts)
 UNITS = sorted((TOP / "systemd").glob("*.service"))
 
@@ -78,19 +80,20 @@ REASON_CALLS = {
 REASON_KEYWORDS = ("cause", "reasons")
 REASON_LIST_METHODS = {"append": 0, "extend": 0, "insert": 1}  # on a name `reasons`
 REASON_RETURNS = re.compile(r"_reasons$")  # any `*_reasons()` function
-REASON_RETURNS_IN = {"ports.py": "render"}  # Progress.render(): "Staging image: 412/1380 MiB"
+# Progress.render(): "Staging image: 412/1380 MiB"
+REASON_RETURNS_IN = {"agent/host/ports.py": "render"}
 METRIC_TYPES = {"Gauge", "Counter", "Histogram", "Summary"}
 
 
-# -- the guide ---------------------------------------------------------------------------------
+# -- the pages ---------------------------------------------------------------------------------
 @cache
-def guide() -> str:
-    return GUIDE.read_text()
+def page(path: Path) -> str:
+    return path.read_text()
 
 
-def sections() -> list[tuple[str, str]]:
-    """(heading text, body up to the next heading of the same or a higher level)."""
-    lines = guide().splitlines()
+def sections(path: Path = REFERENCE) -> list[tuple[str, str]]:
+    """(heading text, body up to the next heading of the same or a higher level) of a page."""
+    lines = page(path).splitlines()
     heads = [(i, len(m.group(1)), m.group(2)) for i, line in enumerate(lines)
              if (m := re.match(r"(#{1,6}) (.*)", line))]  # fmt: skip
     out = []
@@ -100,9 +103,9 @@ def sections() -> list[tuple[str, str]]:
     return out
 
 
-def section(title_part: str) -> str:
-    found = [body for title, body in sections() if title_part in title]
-    assert found, f"docs/operations.md has no section headed {title_part!r}"
+def section(title_part: str, path: Path = REFERENCE) -> str:
+    found = [body for title, body in sections(path) if title_part in title]
+    assert found, f"docs/{path.name} has no section headed {title_part!r}"
     return "\n".join(found)
 
 
@@ -271,7 +274,7 @@ def reason_templates() -> dict[str, set[Template]]:
                 and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef)
                 and (
                     REASON_RETURNS.search(scope.name)
-                    or REASON_RETURNS_IN.get(path.name) == scope.name
+                    or REASON_RETURNS_IN.get(path.relative_to(TOP).as_posix()) == scope.name
                 )
             ):
                 add(f"return of {scope.name}()", templates(node.value, scope))
@@ -387,7 +390,7 @@ def _command_section(path: str) -> str:
     heading = f"`image-mode-agent{' ' + path if path else ''}`"
     found = [body for title, body in sections()
              if title == heading or title.startswith(heading + " ")]  # fmt: skip
-    assert found, f"docs/operations.md: no section headed {heading}"
+    assert found, f"docs/reference.md: no section headed {heading}"
     return found[0]
 
 
@@ -473,7 +476,7 @@ def _undocumented(items: set[Template], spans: set[str]) -> list[str]:
 
 def test_every_reason_text_is_in_the_troubleshooting_table() -> None:
     items = {t for site in reason_templates().values() for t in site}
-    spans = first_column_spans(section("Reason texts"))
+    spans = first_column_spans(section("Reason texts", OPERATE))
     missing = _undocumented(items, spans)
     assert not missing, "reason texts missing from the table:\n" + "\n".join(missing)
 
@@ -481,15 +484,15 @@ def test_every_reason_text_is_in_the_troubleshooting_table() -> None:
 def test_every_host_error_kind_is_documented() -> None:
     kinds = host_error_kinds()
     assert {"registry-auth", "disk-space", "lock", "other"} <= kinds, kinds
-    documented = first_column_spans(section("Host error kinds"))
+    documented = first_column_spans(section("Host error kinds", OPERATE))
     assert not kinds - documented, f"kinds missing: {sorted(kinds - documented)}"
 
 
 def test_every_health_check_is_documented() -> None:
     names, details = check_calls()
-    spans = first_column_spans(section("Health checks"))
+    body = section("Health checks", OPERATE)
+    spans = first_column_spans(body)
     assert not names - spans, f"checks missing: {sorted(names - spans)}"
-    body = section("Health checks")
     detail_spans = {s for line in body.splitlines() for s in re.findall(r"`([^`]+)`", line)}
     missing = _undocumented(details, detail_spans)
     assert not missing, f"check failure details missing: {missing}"

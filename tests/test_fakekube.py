@@ -1,4 +1,8 @@
-"""The fake API server, exercised through the real kubernetes_asyncio client."""
+"""The fake API server, exercised through the real kubernetes_asyncio client.
+
+"The real server" below is what a real kube-apiserver v1.32 (built just after v1.32.0-beta.0,
+etcd 3.5.16, `--authorization-mode=Node,RBAC` with the NodeRestriction admission plugin)
+answered when the project tried it."""
 
 from __future__ import annotations
 
@@ -126,8 +130,7 @@ async def test_crud_core_and_custom(kube: FakeKube, admin: ApiClient) -> None:
 
 async def test_merge_and_strategic_patch(kube: FakeKube, admin: ApiClient) -> None:
     """The real server: a merge patch of annotations (a `null` removes one) by the admin or
-    the node identity is 200; a strategic-merge patch of /status by the node is 200
-    (kube-apiserver-behaviour.md, "Patches")."""
+    the node identity is 200; a strategic-merge patch of /status by the node is 200."""
     v1 = client.CoreV1Api(admin)
     kube.put(node("worker-0"))
     conditions = [{"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "False"}]
@@ -166,8 +169,7 @@ async def test_merge_and_strategic_patch(kube: FakeKube, admin: ApiClient) -> No
 
 
 async def test_stale_resource_version_is_conflict(kube: FakeKube, admin: ApiClient) -> None:
-    """The real server: a body with a stale metadata.resourceVersion is 409 Conflict
-    (kube-apiserver-behaviour.md, "Patches")."""
+    """The real server: a body with a stale metadata.resourceVersion is 409 Conflict."""
     v1 = client.CoreV1Api(admin)
     kube.put(node("worker-0"))
     old = await v1.read_node("worker-0")
@@ -196,7 +198,7 @@ async def test_stale_resource_version_is_conflict(kube: FakeKube, admin: ApiClie
 async def test_field_selected_watch_delivers_added_then_modified(kube: FakeKube) -> None:
     """The real server: a watch with fieldSelector=metadata.name=<node> opened before the
     object exists delivers ADDED then one MODIFIED per patch, with increasing
-    resourceVersions (kube-apiserver-behaviour.md, "Watches")."""
+    resourceVersions."""
     me = kube.node_identity("worker-0")
     async with ApiClient(kube.client_configuration(me)) as api:
         v1 = client.CoreV1Api(api)
@@ -245,8 +247,8 @@ async def test_label_selected_watch_sees_objects_enter_and_leave(
 
 async def test_too_new_resource_version_is_504() -> None:
     """The real server ended a watch with a 504 Status, reason Timeout, cause
-    ResourceVersionTooLarge (kube-apiserver-behaviour.md, "A watch can end with an ERROR
-    event")."""
+    ResourceVersionTooLarge (a watch started without a resourceVersion, with the WatchList
+    feature on and an etcd that lacks RequestWatchProgress)."""
     kube = FakeKube(too_large_rv_wait=0.2)
     async with kube, ApiClient(kube.client_configuration()) as api:
         future = str(kube.store.resource_version + 100)
@@ -313,8 +315,8 @@ async def test_injected_watch_error_ends_watch(kube: FakeKube, admin: ApiClient)
 
 async def test_expired_resource_version_is_410(kube: FakeKube, admin: ApiClient) -> None:
     """The real server: resuming from an expired resourceVersion answers one ERROR event with a
-    410 Status, reason Expired, "too old resource version" (kube-apiserver-behaviour.md,
-    "Watches"; the form as the conformance watch-expiry scenario met it, fakekube docstring)."""
+    410 Status, reason Expired, "too old resource version" (the form as the conformance
+    watch-expiry scenario met it, fakekube docstring)."""
     v1 = client.CoreV1Api(admin)
     kube.put(node("worker-0"))
     old_rv = (await v1.list_node()).metadata.resource_version
@@ -354,7 +356,7 @@ async def test_bounded_history_compacts() -> None:
 async def test_node_authorizer(kube: FakeKube) -> None:
     """The real server, Node authorizer and NodeRestriction: a node gets, lists and watches only
     its own Node (a list without the field selector is 403 "cannot read all nodes, only its own
-    Node object"), patches only its own (kube-apiserver-behaviour.md, "Node identity")."""
+    Node object"), patches only its own."""
     kube.put(node("worker-0"))
     kube.put(node("worker-1"))
     me = kube.node_identity("worker-0")
@@ -621,7 +623,7 @@ def _threaded_server_scenario() -> None:
         kube.stop_in_thread()
 
 
-# RFC 7386 appendix A, plus the strategic-merge directives we document in patch.py.
+# RFC 7386 appendix A, plus the strategic-merge directives we document in standins/kube/patch.py.
 @pytest.mark.parametrize(
     ("target", "patch", "result"),
     [

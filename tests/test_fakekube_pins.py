@@ -131,7 +131,7 @@ async def test_a_node_created_through_the_api_is_tainted_not_ready(kube: FakeKub
 async def test_custom_resources_with_a_status_subresource(
     kube: FakeKube, path: str, make: Any
 ) -> None:
-    # Recorded: kube-apiserver-behaviour.md (Patches), tests/conformance/README.md (MCN status).
+    # Recorded: kube-apiserver v1.32 (its patches), tests/conformance/README.md (MCN status).
     status = {"observedGeneration": 1, "conditions": []}
     made = await ok(kube, "POST", path, make("a", status=status))
     assert "status" not in made and made["metadata"]["generation"] == 1  # create drops .status
@@ -160,7 +160,7 @@ async def test_custom_resources_with_a_status_subresource(
 
 
 async def test_node_status_subresource_may_change_metadata(kube: FakeKube) -> None:
-    # Recorded: kube-apiserver-behaviour.md (Patches: nodes/status and annotations, both 200).
+    # Recorded: kube-apiserver v1.32 (patches of nodes/status and of annotations, both 200).
     ready = {"conditions": [{"type": "Ready", "status": "True"}]}
     made = await ok(kube, "POST", "/api/v1/nodes",
                     {"metadata": {"name": "n"}, "spec": {}, "status": ready})  # fmt: skip
@@ -269,7 +269,8 @@ async def test_namespaced_role_limited_to_kubeconfig_data(kube: FakeKube) -> Non
 
 
 def test_a_node_bound_service_account_token_carries_the_node() -> None:
-    # Recorded: tests/conformance/README.md (test_deploy_manifests.py: the pod-bound token).
+    # Recorded: tests/conformance/README.md (tests/conformance/test_deploy_manifests.py: the
+    # pod-bound token).
     bound = Identity.service_account(MCO_NS, AGENT_SA, [], node="node-a")
     assert bound.extra == {NODE_NAME_CLAIM: ["node-a"]}
     assert NODE_NAME_CLAIM == "authentication.kubernetes.io/node-name"
@@ -278,7 +279,8 @@ def test_a_node_bound_service_account_token_carries_the_node() -> None:
 
 
 async def test_admission_yaml_guards_the_agents_own_machineconfignode() -> None:
-    # Recorded: tests/conformance/README.md (test_deploy_manifests.py, the guard's every case).
+    # Recorded: tests/conformance/README.md (tests/conformance/test_deploy_manifests.py, the
+    # guard's every case).
     kube = FakeKube(admission_policy_delay=0.3)
     async with kube:
         rules = agent_rules()

@@ -1,7 +1,7 @@
 """The NodePool scenarios (tests/scenarios/nodepool_rollouts.py) on the stand-ins of HyperShift's
 in-place upgrader and drainer, on the loopback API server (tests/scenarios/hypershift_standin.py,
-which mirror inplaceupgrader.go and drainer.go as ../shared/reference/hypershift-inplace.md cites
-them). The same scenarios run on the real ones in tests/conformance/test_hypershift.py."""
+which mirror HyperShift's inplaceupgrader.go and drainer.go, docs/mco-protocol.md §15). The
+same scenarios run on the real ones in tests/conformance/test_hypershift.py."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ async def test_nodepool_scenario_on_the_standins(scenario, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("scenario", BOUNDED, ids=[s.__name__ for s in BOUNDED])
 async def test_bounded_prepulls_with_the_shipped_rbac(scenario, tmp_path: Path) -> None:
-    """deploy/hypershift/rbac.yaml applied as the operations guide says, enforced by the
+    """deploy/hypershift/rbac.yaml applied as docs/install.md says, enforced by the
     loopback server for group system:nodes (on top of the kit's ConfigMap grant)."""
     await scenario(StandInHosted(tmp_path / "cluster", rbac=HYPERSHIFT_RBAC), tmp_path)
 

@@ -111,8 +111,10 @@ def test_code_using_the_whole_package_still_gets_it(tmp_path: Path) -> None:
 
         assert client.CustomObjectsApi and watch.Watch and config.load_kube_config
         assert client.models.V1Pod is V1Pod and client.ApiClient.__name__ == "ApiClient"
-        try:  # a name no line of client/__init__.py imports: the whole __init__ runs, then
-            client.NoSuchThing  # AttributeError as from the ordinary package
+        # A name no line of kubernetes_asyncio/client/__init__.py imports: the whole __init__
+        # runs, then AttributeError as from the ordinary package.
+        try:
+            client.NoSuchThing
         except AttributeError:
             pass
         else:
@@ -122,7 +124,8 @@ def test_code_using_the_whole_package_still_gets_it(tmp_path: Path) -> None:
     """, tmp_path)  # fmt: skip
     assert out["version"][0].isdigit()
     assert (out["pod"], out["api"]) == ("V1Pod", "CoreV1Api")
-    assert out["loaded"] > 500  # client/__init__.py ran: every API class and model
+    # kubernetes_asyncio/client/__init__.py ran: every API class and model
+    assert out["loaded"] > 500
 
 
 def test_an_already_imported_package_is_left_alone(tmp_path: Path) -> None:

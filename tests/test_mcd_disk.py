@@ -1,8 +1,9 @@
-"""The MCD's on-disk config files (model/mcd_disk.py), field by field against what the MCD
-writes: `json.Marshal` of openshift/api's MachineConfig (types.go:318-360: TypeMeta inline and
-empty on a lister's object, ObjectMeta `metadata,omitempty`, MachineConfigSpec in declaration
-order, only `config` omitempty, which Go never applies to a struct), with the OCL annotations
-taken out (ocl.go `newOnDiskConfigFromMachineConfig`), from daemon.go `storeCurrentConfigOnDisk`."""
+"""The MCD's on-disk config files (agent/model/mcd_disk.py; docs/mco-protocol.md §8), field by field
+against what the MCD writes: `json.Marshal` of openshift/api's MachineConfig (types.go:318-360:
+TypeMeta inline and empty on a lister's object, ObjectMeta `metadata,omitempty`, MachineConfigSpec
+in declaration order, only `config` omitempty, which Go never applies to a struct), with the OCL
+annotations taken out (ocl.go `newOnDiskConfigFromMachineConfig`), from daemon.go
+`storeCurrentConfigOnDisk`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Diff and plan tables, including the MCD's own tables (reference/mco-daemon.md §7)
-re-derived for image mode: what the MCD applied with a reboot arrives here in a new image."""
+"""Diff and plan tables, including the MCD's own unit-test tables (openshift/machine-config-operator
+7ff337a4ffac8e7562692181178ede61e4b2eec5: pkg/daemon/update_test.go,
+pkg/controller/common/reconcile_test.go) re-derived for image mode: what the MCD applied with a
+reboot arrives here in a new image."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def _restart(unit: str) -> dict:
     return {"type": "Restart", "restart": {"serviceName": unit}}
 
 
-# The MCO's default NodeDisruptionPolicy status (mco-daemon.md §2.4), as the operator writes it.
+# The MCO's default NodeDisruptionPolicy status (docs/mco-protocol.md §13), as the operator writes
+# it.
 DEFAULT_NDP = {
     "metadata": {"name": "cluster", "generation": 3},
     "status": {
@@ -94,7 +97,7 @@ def plan(old: dict, new: dict, policy: LivePolicy = BUILTIN_POLICY, *, booted=IM
 
 F = ign_file
 
-# TestCalculatePostConfigChangeAction (mco-daemon.md §7.1), re-derived. Columns: old files/keys,
+# TestCalculatePostConfigChangeAction (update_test.go:544), re-derived. Columns: old files/keys,
 # new files/keys, extras; MCD result; ours with only the built-in allowlist (no new image);
 # ours with the default NodeDisruptionPolicy status; the follow-ups with that policy.
 MCD_TABLE = [
@@ -178,7 +181,7 @@ def test_mcd_row_9_karg_added_needs_image() -> None:
     assert {s.path for s in result.live} == {PULL, "/run/ostree/auth.json", KUBELET_CA, SSH}
 
 
-# TestMachineConfigDiff / TestReconcilableDiff (mco-daemon.md §7.1), as verdicts.
+# TestMachineConfigDiff / TestReconcilableDiff (update_test.go:86, :256), as verdicts.
 DIFF_TABLE = [
     ("empty/empty", {}, {}, "none", ()),
     ("kargs nil vs []", {"kargs": None}, {"kargs": []}, "none", ()),
@@ -207,7 +210,8 @@ def test_diff_table(old: dict, new: dict, verdict: str, changes: tuple) -> None:
     assert result.image_changes == changes
 
 
-# TestIsRenderedConfigReconcilable / TestReconcilableSSH (mco-daemon.md §7.5), and DESIGN §4.
+# TestIsRenderedConfigReconcilable / TestReconcilableSSH (reconcile_test.go:14, :195;
+# docs/mco-protocol.md §14).
 # Each rule both ways: the last column is why going back (desired -> current) is refused, or
 # None where only the forward change breaks the rule (a link removed, a non-core user dropped).
 REFUSED = [
@@ -370,7 +374,8 @@ def test_first_start_applies_only_the_live_part() -> None:
     assert (result.verdict, result.image_changes) == ("image", ("osImageURL",))
 
 
-# NodeDisruptionPolicy semantics (mco-daemon.md §2.3-2.4, TestFindClosestFilePolicyPathMatch).
+# NodeDisruptionPolicy semantics (docs/mco-protocol.md §13, TestFindClosestFilePolicyPathMatch at
+# update_test.go:718).
 def test_longest_prefix_file_match() -> None:
     reload_a, reload_b = Action("Reload", "a.service"), Action("Reload", "b.service")
     policy = LivePolicy(files={"/etc/mco/f1": (reload_a,), "/etc/mco/f1/f2": (reload_b,),

@@ -1,5 +1,6 @@
-"""The stand-ins of the machine-config-controller (standins/kube: pool_rules.py,
-node_controller.py, render_controller.py, mcn_status.py) checked against the controller's own
+"""The stand-ins of the machine-config-controller (standins/kube/pool_rules.py,
+standins/kube/node_controller.py, standins/kube/render_controller.py,
+standins/kube/mcn_status.py) checked against the controller's own
 code at openshift/machine-config-operator 7ff337a4: the cases of its unit tables
 (pkg/controller/node/node_controller_test.go TestGetCandidateMachines, TestMaxUnavailable,
 TestSortNodeList; non-layered cases only), then the controllers on a loopback server."""

@@ -132,7 +132,7 @@ async def test_the_layout_holds_what_ignition_and_the_server_leave(tmp_path: Pat
     assert at(CREATE).read_bytes() == b"Initial Creation\n" and create.st_mode == 0o100600
     assert at("/etc/kubernetes/kubelet.conf").read_bytes().startswith(b"apiVersion")  # base64
     assert at("/usr/local/bin/configure-ovs.sh").lstat().st_mode == 0o100755  # via /var
-    assert (root / "var/usrlocal/bin/configure-ovs.sh").is_file()
+    assert at("/var/usrlocal/bin/configure-ovs.sh").is_file()
     # contents, drop-ins only, enabled with contents from the image, disabled, static
     assert at("/etc/systemd/system/kubelet.service").is_file()
     assert at("/etc/systemd/system/crio.service.d/01-kubens.conf").is_file()

@@ -90,8 +90,8 @@ def test_order_is_zone_then_age_then_the_nodes_without_a_zone() -> None:
 
 
 def test_order_is_the_controller_stand_ins_pick_order() -> None:
-    """The stand-in follows sortNodeList (pool_rules.py); where ages tie, Go's unstable sort
-    has no order, and the name is the agent's guess, so the tie is left out here."""
+    """The stand-in follows sortNodeList (standins/kube/pool_rules.py); where ages tie, Go's
+    unstable sort has no order, and the name is the agent's guess, so the tie is left out here."""
     untied = [n for n in NODES if n["metadata"]["name"] != "n-tie-2"]
     assert names(sorted(untied, key=order_key)) == names(pool_rules.sort_candidates(untied))
 

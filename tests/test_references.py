@@ -20,7 +20,9 @@ TOP = ("agent", "standins", "tests", "docs", "deploy", "systemd", "containerfile
 # repository (tests/conformance/README.md says what it holds); and files of the packages the
 # agent depends on, named with their package.
 OUTSIDE_INPUTS = ("../shared/kit", "kubernetes_asyncio/")
-SKIP = ("tests/fixtures/",)  # data as the real controller rendered it, not the project's words
+# tests/fixtures/: data as the real controller rendered it, not the project's words; this file:
+# its examples name paths that must not resolve.
+SKIP = ("tests/fixtures/", "tests/test_references.py")
 TEXT_SUFFIXES = {".md", ".py", ".sh", ".toml", ".yaml", ".yml", ".service", ".timer",
                  ".target", ".conf", ".txt", ".cfg", ".json", ""}  # fmt: skip
 

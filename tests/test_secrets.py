@@ -1,6 +1,6 @@
 """The canary secrets (tests/secrets_canary.py) and the collectors that look for them: what
 counts as shown, that the configs carry them in a form the agent takes, and that a leak in any
-channel the cluster harness collects fails the check, naming where (DESIGN.md §4)."""
+channel the cluster harness collects fails the check, naming where."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every TOML example in the README and the operations guide is a settings fragment the agent
+"""Every TOML example in the README and the pages under docs/ is a settings fragment the agent
 accepts, and names a strategy it can build: a copied example never fails at start."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ BLOCK = re.compile(r"^( *)```toml\n(.*?)^\1```", re.M | re.S)
 
 def examples() -> list[tuple[str, str]]:
     found = []
-    for doc in (TOP / "README.md", TOP / "docs/operations.md"):
+    for doc in (TOP / "README.md", *sorted((TOP / "docs").glob("*.md"))):
         for i, match in enumerate(BLOCK.finditer(doc.read_text())):
             text = "\n".join(line.removeprefix(match.group(1))
                              for line in match.group(2).splitlines())  # fmt: skip

@@ -1,5 +1,5 @@
-"""The stand-in bootc (standins/bin/bootc) speaks every release in PERSONAS as the reference
-(/work/shared/reference/bootc-versions.md) records it: its `--help` gives the agent exactly the
+"""The stand-in bootc (standins/bin/bootc) speaks every release in PERSONAS as
+docs/bootc-releases.md records it: its `--help` gives the agent exactly the
 capabilities `features_of(version)` implies, its status has only that release's fields, its
 refusals are that release's, and the hidden pre-pull fills a repository that a later switch of
 the same reference fetches nothing from, until a stage prunes it."""
@@ -192,7 +192,7 @@ def test_the_stand_in_needs_no_installed_package(tmp_path: Path) -> None:
 
 # -- status ------------------------------------------------------------------------------------
 def test_status_has_exactly_the_fields_of_the_release(host: Host) -> None:
-    """Absent, not false (bootc-versions.md:45-46)."""
+    """Absent, not false (docs/bootc-releases.md §4)."""
     host.ok("switch", "--transport", "registry", f"{NAME}@{D2}")
     status = host.status()
     for slot in ("booted", "staged"):
@@ -218,7 +218,8 @@ def test_status_has_exactly_the_fields_of_the_release(host: Host) -> None:
 def test_a_flag_the_release_lacks_is_refused_by_clap(
     host: Host, argv: list[str], feature: str
 ) -> None:
-    """Exit 2 before anything runs (bootc-versions.md:59); accepted where the release has it."""
+    """Exit 2 before anything runs (docs/bootc-releases.md §12); accepted where the release has
+    it."""
     if argv[1:] == ["--from-downloaded"]:
         host.ok("switch", f"{NAME}@{D2}")  # something staged to apply
     before = host.files()
@@ -246,7 +247,7 @@ def test_clap_conflicts(host: Host) -> None:
 
 
 def test_check_of_a_digest_pinned_spec_asks_no_registry(host: Host) -> None:
-    """`No changes in: docker://NAME@D` without a registry lookup (bootc-versions.md:251-253):
+    """`No changes in: docker://NAME@D` without a registry lookup (docs/bootc-releases.md §11):
     it holds with the registry gone; it never sees a tag move."""
     (host.state / "registry.json").unlink()
     assert host.ok("upgrade", "--check") == f"No changes in: docker://{NAME}@{D1}\n"
@@ -254,9 +255,9 @@ def test_check_of_a_digest_pinned_spec_asks_no_registry(host: Host) -> None:
 
 
 def test_upgrade_download_only_locks_an_unchanged_staged_deployment(host: Host) -> None:
-    """The §4 step 4 conversion (bootc-versions.md:180): the spec is the staged digest, the
-    pull short-circuits, `staged_unchanged` locks it; a plain upgrade unlocks it again
-    (bootc-versions.md:192). 1.6 has no such flag."""
+    """The lock of a stage that is already the spec (docs/bootc-releases.md §9): the spec is the
+    staged digest, the pull short-circuits, `staged_unchanged` locks it; a plain upgrade unlocks
+    it again. 1.6 has no such flag."""
     host.ok("switch", f"{NAME}@{D2}")
     if not has(host, "upgrade-download-only"):
         assert host.run("upgrade", "--download-only").code == 2
@@ -282,7 +283,8 @@ def test_upgrade_download_only_with_nothing_staged_stages_nothing(host: Host) ->
 
 
 def test_a_required_soft_reboot_bails_on_an_incapable_deployment(host: Host) -> None:
-    """`required` bails, `auto` falls back silently (bootc-versions.md:230); the stage stays."""
+    """`required` bails, `auto` falls back silently (docs/bootc-releases.md §10); the stage
+    stays."""
     result = host.run("switch", "--soft-reboot", "required", f"{NAME}@{D2}")
     if not has(host, "soft-reboot"):  # before 1.7: clap refuses the flag, nothing is staged
         assert result.code == 2 and host.status()["staged"] is None
@@ -298,7 +300,7 @@ def test_a_required_soft_reboot_bails_on_an_incapable_deployment(host: Host) -> 
 
 
 def test_switch_download_only_never_prepares_a_soft_reboot(host: Host) -> None:
-    """PR #2342 returns before any soft-reboot handling (bootc-versions.md:220,237)."""
+    """PR #2342 returns before any soft-reboot handling (docs/bootc-releases.md §9, §10)."""
     host.configure(soft_reboot_capable=True)
     if not has(host, "switch-download-only"):  # before 1.16.10: clap refuses the flag
         assert host.run("switch", "--download-only", f"{NAME}@{D2}").code == 2
@@ -309,7 +311,7 @@ def test_switch_download_only_never_prepares_a_soft_reboot(host: Host) -> None:
 
 
 def test_upgrade_download_only_with_a_soft_reboot_runs_the_locked_image(host: Host) -> None:
-    """The hazard of bootc-versions.md:233-236, modelled so that tests can show the agent never
+    """The hazard of docs/bootc-releases.md §10, modelled so that tests can show the agent never
     walks into it: the nextroot is prepared for the locked deployment, and the next reboot
     runs it."""
     host.configure(soft_reboot_capable=True)
@@ -393,7 +395,7 @@ def test_a_soft_reboot_of_the_rollback_consults_the_rollback_entry(host: Host) -
 
 
 def test_podman_is_needed_where_the_release_needs_it(host: Host) -> None:
-    """bootc-versions.md:49: before the pull from 1.12, for --check from 1.15.1, at the cleanup
+    """docs/bootc-releases.md §5: before the pull from 1.12, for --check from 1.15.1, at the cleanup
     after a stage on 1.6 (the stage is written, the call fails)."""
     host.configure(podman=False)
     switch = host.run("switch", f"{NAME}@{D2}")
@@ -404,7 +406,8 @@ def test_podman_is_needed_where_the_release_needs_it(host: Host) -> None:
     else:
         assert staged["image"]["imageDigest"] == D2
     assert (host.run("upgrade", "--check").code == 1) == has(host, "podman-for-check")
-    assert host.pull(f"{NAME}@{D3}").code == 0  # the pull needs no podman (bootc-versions.md:83)
+    # the pull needs no podman (docs/bootc-releases.md §6)
+    assert host.pull(f"{NAME}@{D3}").code == 0
 
 
 # -- the hidden pre-pull and the repository ----------------------------------------------------
@@ -420,7 +423,7 @@ def progress_events(host: Host, *argv: str) -> list[dict]:
 
 
 def test_a_pre_pull_stages_nothing_and_the_switch_fetches_nothing(host: Host) -> None:
-    """Pull, list, switch of the identical `NAME@D` (bootc-versions.md:106-114): the switch
+    """Pull, list, switch of the identical `NAME@D` (docs/bootc-releases.md §7): the switch
     finds it stored, contacts no registry and reports no byte progress at all, only `No changes
     in NAME@D => D`, then deploys."""
     ref = f"{NAME}@{D2}"
@@ -430,7 +433,7 @@ def test_a_pre_pull_stages_nothing_and_the_switch_fetches_nothing(host: Host) ->
     assert listed("\n".join(host.stored()), ref)
     assert host.fetched() == [{**host.fetched()[0], "verb": "pull", "ref": ref, "digest": D2,
                                "bytes": 300 << 20, "registry": True}]  # fmt: skip
-    again = host.pull(ref)  # idempotent, and local (bootc-versions.md:279)
+    again = host.pull(ref)  # idempotent, and local (docs/bootc-releases.md §8)
     assert again.out.startswith(f"No changes in ostree-unverified-registry:{ref} => ")
     assert host.fetched()[-1]["registry"] is False and host.fetched()[-1]["bytes"] == 0
 
@@ -444,7 +447,7 @@ def test_a_pre_pull_stages_nothing_and_the_switch_fetches_nothing(host: Host) ->
 
 
 def test_a_stage_prunes_what_no_deployment_uses(host: Host) -> None:
-    """Any stage prunes undeployed images (bootc-versions.md:140-150); a reboot does not."""
+    """Any stage prunes undeployed images (docs/bootc-releases.md §8); a reboot does not."""
     assert host.pull(f"{NAME}@{D2}").code == 0
     host.ok("internals", "standin-reboot")
     assert f"docker://{NAME}@{D2}" in host.stored()  # a reboot prunes nothing
@@ -460,7 +463,7 @@ def test_a_stage_prunes_what_no_deployment_uses(host: Host) -> None:
 
 @ENDS
 def test_a_pre_pull_under_another_reference_costs_a_manifest_not_the_layers(host: Host) -> None:
-    """Keyed by the exact string (bootc-versions.md:108-110,129-132): `NAME:v2@D` is not
+    """Keyed by the exact string (docs/bootc-releases.md §7): `NAME:v2@D` is not
     `NAME@D`, so the switch asks the registry, but finds every layer."""
     assert host.pull(f"{NAME}:v2@{D2}").code == 0
     events = progress_events(host, "switch", f"{NAME}@{D2}")
@@ -487,7 +490,7 @@ def test_the_pull_takes_the_repository_path_as_given(host: Host, tmp_path: Path)
 @ENDS
 def test_a_signed_pull_is_refused_as_the_policy_would(host: Host) -> None:
     """The signed form verifies while it fetches; what is stored already is not verified again
-    (bootc-versions.md:125-127, 272), exactly as bootc: the agent must pull signed."""
+    (docs/bootc-releases.md §7), exactly as bootc: the agent must pull signed."""
     host.configure(unsigned=[NAME])
     refused = host.pull(f"{NAME}@{D2}", signed=True)
     assert refused.code == 1 and "Source image rejected: A signature was required" in refused.err

@@ -2,10 +2,10 @@
 logind (Reboot, Inhibit) and for the parts of PID 1 a user manager of systemd 252 lacks
 (SoftReboot, SoftRebootsCount).
 
-systemd is not PID 1 here, so the manager runs as in reference/environment.md §2b: in a private
-mount namespace (`unshare -m --propagation private`) where a tmpfs on /run/systemd holds
-/run/systemd/system (the user manager refuses to start without it), with private XDG dirs; its
-bus is the session bus that its own dbus.socket provides at $XDG_RUNTIME_DIR/bus."""
+systemd is not PID 1 on the machines the tests run on, so the manager runs in a private mount
+namespace (`unshare -m --propagation private`) where a tmpfs on /run/systemd holds
+/run/systemd/system (the user manager refuses to start without it), with private XDG dirs; its bus
+is the session bus that its own dbus.socket provides at $XDG_RUNTIME_DIR/bus."""
 
 import asyncio
 import os

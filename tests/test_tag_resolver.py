@@ -1,7 +1,7 @@
-"""Tag following on bootc < 1.15: model/manifest.py picks the digest bootc records for a tag
-(containers/image's ChooseInstance), host/skopeo.py asks the registry with the credentials
-bootc uses. The adapter runs against a fake `skopeo` written into tmp_path that records its
-argv; no registry and no real skopeo are needed."""
+"""Tag following on bootc < 1.15 (docs/bootc-releases.md §11): agent/model/manifest.py picks the
+digest bootc records for a tag (containers/image's ChooseInstance), agent/host/skopeo.py asks the
+registry with the credentials bootc uses. The adapter runs against a fake `skopeo` written into
+tmp_path that records its argv; no registry and no real skopeo are needed."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ async def test_the_takeover_validates_on_every_bootc_release(tmp_path: Path, per
 async def mcd_applies(cluster: Cluster, name: str, image: str, keys: list[str]) -> None:
     """The MCD, given the node back, applies `name` (image `image`) as it does: stages and
     reboots into the image, writes the config's files, then its on-disk config, then the
-    Node's annotations (reference/mco-daemon.md §1, §5)."""
+    Node's annotations (docs/mco-protocol.md §6, §8)."""
     host = cluster.sim.host(lambda path: True)
     await host.bootc.stage(parse_image_ref(image))
     await host.system.reboot()

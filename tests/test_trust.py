@@ -1,5 +1,5 @@
-"""Signed OS images only: the policy lookup (model/sigpolicy.py), the staging decision
-(core/trust.py), and the engine refusing before any disruption on the simulated host.
+"""Signed OS images only: the policy lookup (agent/model/sigpolicy.py), the staging decision
+(agent/core/trust.py), and the engine refusing before any disruption on the simulated host.
 
 The same with real GPG signatures, skopeo and systemd is the system tier's `signed-images`."""
 

@@ -1,5 +1,6 @@
-"""On-disk validation, the pure part (core/validate.py): what a config makes the host hold,
-and each kind of difference worded as the MCD words it (on_disk_validation.go)."""
+"""On-disk validation, the pure part (agent/core/validate.py; docs/mco-protocol.md §10): what a
+config makes the host hold, and each kind of difference worded as the MCD words it
+(on_disk_validation.go)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 #!/bin/bash
-# Build the VM tier's disk and kernel into OUT/ (called by vm-tests/vm.py, which caches the
+# Build the VM tier's disk and kernel into OUT/ (called by vm-tests/image.py, which caches the
 # result under a hash of this script, the package list and the agent's Python requirements):
 #   OUT/base.img (ext4, LABEL=root, 2 GiB sparse)  OUT/vmlinux (uncompressed, PVH)  OUT/initrd.img
 #
 #   build-image.sh OUT PACKAGES_FILE REQUIREMENTS_FILE MIRROR
 #
-# Recipe: /work/shared/reference/environment.md §3c (TCG only; KVM hangs on this machine).
+# The guest runs under qemu's TCG (software emulation): KVM hangs on the machines CI uses. A
+# Debian rootfs from mmdebstrap, an initramfs with only the virtio, ext4 and 9p modules, and the
+# kernel uncompressed for a PVH boot, which saves the decompression at every boot.
 # As in the system tier, the repo and tests/system/guest are NOT baked in: the VM mounts them
 # over 9p (tags `src`, `guest`), and a third share (`harness`) carries each scenario's seed
 # files and step script.

@@ -47,7 +47,7 @@ BOOT_TIMEOUT = 150  # seconds per expected boot under TCG (≈30-45 s measured)
 # Boots are counted from the console: the first, plus one per kernel restart (printed even with
 # `quiet`), so a boot that never reaches the step script still counts.
 RESTART = "reboot: Restarting system"
-# The first line each boot's step script prints (run-step.sh, both tiers): the boot is up.
+# The first line each boot's step script prints (guest/run-step.sh, both tiers): the boot is up.
 STEP_UP = re.compile(r"HARNESS boot=\d+ up ")
 # A boot reaches its step in 25-45 s under TCG; one that has not after this long has stalled
 # (seen once in CI: a first boot that never reached its step in 900 s).
@@ -58,7 +58,7 @@ CONSOLE_TAIL = 25  # console lines printed under a failed scenario
 @dataclass(frozen=True)
 class VmScenario:
     name: str
-    step: str  # the guest's step.sh (placeholders: {V1} {V2} {V3} {MISSING} digests/refs)
+    step: str  # the guest's step script (placeholders: {V1} {V2} {V3} {MISSING} digests/refs)
     boots: int
     needs_agent: bool = True
 
@@ -183,7 +183,8 @@ def seed(world: World, share: Path, scenario: VmScenario) -> None:
         "{DESIRED}": DESIRED,
     }.items():  # fmt: skip
         step = step.replace(key, value)
-    (share / "step.sh").write_text(step)
+    # The share is the guest's /mnt/harness; guest/run-step.sh sources the step script there.
+    (share / Path("/mnt/harness/step.sh").name).write_text(step)
     shutil.copy(HERE / "guest/run-step.sh", share / "run-step")
 
 

@@ -1,24 +1,18 @@
-"""Command line: `plan`, `run`, `sim`, `demo`, `status`."""
+"""Command line: the parser and main(); `plan` is in cmd_plan.py, `run` and `verify` in cmd_run.py.
+
+`sim` and `demo` are here: only this module and runtime.py may load a stand-in (standins/), and
+only inside the function that needs it."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import os
 import sys
 from pathlib import Path
 
 from agent import __version__
-from agent.core.plan import plan_update
-from agent.core.policy import (
-    BUILTIN_POLICY,
-    Allowlist,
-)
+from agent.app.cmd_plan import cmd_plan
+from agent.app.cmd_run import cmd_run, cmd_verify
 from agent.errors import HostError, InputError
-from agent.model.imageref import ImageRef, parse_image_ref
-from agent.model.machineconfig import parse_machine_config
-from agent.sources.disruption_policy import load_live_policy
 
 EXIT_USAGE = 2
 
@@ -35,167 +29,6 @@ def _lease_seconds(text: str) -> int:
     if text.isdigit() and int(text) >= 3:
         return int(text)
     raise argparse.ArgumentTypeError(f"expected whole seconds >= 3, got {text!r}")
-
-
-def _read_file(path: str, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", source=path, field=what) from None
-
-
-def _image_arg(text: str | None, flag: str) -> ImageRef | None:
-    if not text:
-        return None
-    try:
-        return parse_image_ref(text)
-    except InputError as exc:
-        raise InputError(exc.message, field=flag) from None
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    try:
-        current = parse_machine_config(_read_file(args.current, "--current"), "current")
-    except InputError as exc:
-        raise exc.located(args.current) from None
-    try:
-        desired = parse_machine_config(_read_file(args.desired, "--desired"), "desired")
-    except InputError as exc:
-        raise exc.located(args.desired) from None
-    booted = _image_arg(args.booted_image, "--booted-image")
-    if booted is None and current.os_image_url:
-        booted = _image_arg(current.os_image_url, f"{args.current}: spec.osImageURL")
-    target = _image_arg(args.desired_image, "--desired-image")
-    if target is None and desired.os_image_url:
-        target = _image_arg(desired.os_image_url, f"{args.desired}: spec.osImageURL")
-    policy = load_live_policy(Path(args.policy)) if args.policy else BUILTIN_POLICY
-    plan = plan_update(current, desired, booted=booted, target=target, policy=policy)
-    if args.output == "json":
-        print(json.dumps(plan.to_json(), indent=2))
-    else:
-        print(plan.render_text())
-    return 0
-
-
-def _local_options(args: argparse.Namespace):
-    if args.host != "local":
-        return None  # the real-host adapters (dbus-fast, aiohttp) load only for a real host
-    from agent.host.local import LocalOptions
-
-    return LocalOptions(
-        root=Path(args.host_root),
-        bootc=args.bootc,
-        bootc_prefix=args.bootc_prefix,
-        bus_address=args.bus_address,
-        kubelet_url=args.kubelet_healthz,
-    )
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from agent.app.runtime import (
-        RunOptions,
-        etc_ignore,
-        open_host,
-        run_cluster_source,
-        run_file_source,
-        run_hypershift_source,
-        until_signalled,
-        watchdog,
-    )
-
-    kind, _, arg = args.source.partition(":")
-    if not ((kind == "file" and arg) or args.source in ("kube", "hypershift") or kind == "image"):
-        raise InputError(
-            f"unknown source {args.source!r}: expected file:PATH, image:REF, kube or hypershift",
-            field="--source",
-        )
-    follow = None
-    if kind == "image":  # every bad setting fails here, before the host is touched
-        from agent.app.standalone import build_strategy, load_follow_settings
-
-        settings, image = load_follow_settings(arg, args.settings_dir, _follow_flags(args))
-        follow = settings, image, build_strategy(settings, _host_root(args))
-    options = RunOptions(
-        once=args.once,
-        dry_run=args.dry_run,
-        image_override=args.image,
-        max_boot_attempts=args.max_boot_attempts,
-        poll_interval=args.poll_interval,
-        soft_reboot=args.allow_soft_reboot,
-        policy_file=Path(args.policy) if args.policy else None,
-        etc_ignore=etc_ignore(args.etc_drift_ignore),
-    )
-
-    async def main() -> int:
-        from agent.observe.http import StatusBoard, serve
-
-        allowlist = Allowlist()
-        host = await open_host(args.host, allowlist, _local_options(args))
-        board = StatusBoard()
-        endpoints = None if args.dry_run and args.once else await serve(board, args.listen)
-        beat = asyncio.create_task(watchdog())
-        try:
-            if follow is not None:
-                from agent.app.standalone import run_follow_source
-
-                settings, image, strategy = follow
-                return await until_signalled(run_follow_source(
-                    host, settings, image, strategy, board, once=args.once, dry_run=args.dry_run,
-                    max_boot_attempts=args.max_boot_attempts,
-                    soft_reboot=args.allow_soft_reboot,
-                ))  # fmt: skip
-            if args.source == "kube":
-                return await run_cluster_source(host, allowlist, args, board)
-            if args.source == "hypershift":
-                return await run_hypershift_source(host, allowlist, args, board)
-            return await run_file_source(Path(arg), host, options, board=board, allowlist=allowlist)
-        finally:
-            beat.cancel()
-            if endpoints is not None:
-                await endpoints.cleanup()
-
-    return asyncio.run(main())
-
-
-def _host_root(args: argparse.Namespace) -> Path:
-    """The host's `/` as this process sees it (its /etc/machine-id, /etc/localtime)."""
-    kind, _, arg = args.host.partition(":")
-    if kind == "simulated" and arg:
-        from standins.host.simulated import SimulatedHost
-
-        return SimulatedHost(Path(arg)).root
-    return Path(args.host_root)
-
-
-def _follow_flags(args: argparse.Namespace) -> dict[str, object]:
-    """The standalone-mode flags that override the settings files (None: not given)."""
-    config = args.config
-    if config is not None:
-        kind, _, path = config.partition(":")
-        if kind != "file" or not path:
-            raise InputError(f"expected file:PATH, got {config!r}", field="--config")
-        config = str(Path(path).absolute())  # the service's working directory is not the shell's
-    return {
-        "interval": args.check_interval,
-        "live_config": config,
-        "strategy": args.strategy,
-        "time_zone": args.time_zone,
-        "fleet_lock_url": args.fleet_lock_url,
-        "group": args.group,
-    }
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    from agent.app.runtime import open_host, run_verify
-
-    async def main() -> int:
-        host = await open_host(args.host, Allowlist(), _local_options(args))
-        node = args.node_name or os.environ.get("NODE_NAME")
-        return await run_verify(
-            host, args.max_boot_attempts, args.kubeconfig, node, args.node_ready_deadline
-        )
-
-    return asyncio.run(main())
 
 
 def cmd_sim(args: argparse.Namespace) -> int:

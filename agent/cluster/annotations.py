@@ -1,4 +1,4 @@
-"""The MCO node annotation protocol (reference/mco-daemon.md §1), as pure helpers."""
+"""The MCO node annotation protocol (docs/mco-protocol.md §3-4), as pure helpers."""
 
 from __future__ import annotations
 

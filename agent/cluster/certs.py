@@ -1,5 +1,5 @@
 """Certificates from ControllerConfig `machine-config-controller`, written live as the MCD's
-certificate writer does (docs/operations.md, "What the agent does"; upstream
+certificate writer does (docs/mco-protocol.md §11; upstream
 https://github.com/openshift/machine-config-operator/blob/7ff337a4ffac8e7562692181178ede61e4b2eec5/pkg/daemon/certificate_writer.go
 ), and the kubeconfig CA rotation that comes with them (`agent/cluster/kubeconfig.py`)."""
 

@@ -1,7 +1,7 @@
 """Taking the node's workloads away before a reboot, and giving the node back after it.
 
 Two ways: the MCO's drain controller, through the `desiredDrain`/`lastAppliedDrain` handshake
-(reference/mco-daemon.md §1.2) awaited on the Node watch; or a self-drain for clusters with no
+(docs/mco-protocol.md §5) awaited on the Node watch; or a self-drain for clusters with no
 drain controller: cordon, evict through the Eviction API (PodDisruptionBudgets respected),
 uncordon only what we cordoned."""
 

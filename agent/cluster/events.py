@@ -1,4 +1,4 @@
-"""Kubernetes Events on the Node, with the MCD's reasons (reference/mco-daemon.md §1.6).
+"""Kubernetes Events on the Node, with the MCD's reasons (docs/mco-protocol.md §7).
 
 Best effort: an event that cannot be written is logged, never fails an update. Each distinct
 (reason, message) is recorded once: the event name is derived from them, so a restarted agent

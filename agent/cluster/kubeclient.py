@@ -1,10 +1,11 @@
 """The few pieces of kubernetes-asyncio the agent uses, imported without the whole client.
 
 kubernetes-asyncio's package `__init__`s import everything: `kubernetes_asyncio/__init__.py`
-imports client, config, dynamic, stream, utils and watch; `client/__init__.py` every API class
-and every model; and `client/api_client.py` does `import kubernetes_asyncio.client.models`,
-whose `__init__` imports every model again. That is ~870 modules and ~33 MiB resident (most of
-the agent's memory in cluster mode), while the agent needs `Configuration`, `ApiClient` (its raw
+imports client, config, dynamic, stream, utils and watch;
+`kubernetes_asyncio/client/__init__.py` every API class and every model; and
+`kubernetes_asyncio/client/api_client.py` does `import kubernetes_asyncio.client.models`, whose
+`__init__` imports every model again. That is ~870 modules and ~33 MiB resident (most of the
+agent's memory in cluster mode), while the agent needs `Configuration`, `ApiClient` (its raw
 `call_api`), the exceptions and the two config loaders, which are a dozen small modules.
 
 `lazy_packages()` puts a placeholder for each of the three heavy packages (`kubernetes_asyncio`,
@@ -15,8 +16,9 @@ name the first time it is asked for, and stores it on the module like an import 
 
 1. a dunder: its literal value in the real `__init__`'s source (`__version__ = "36.1.0"`);
 2. a line `from M import name` in that source: import M alone (`client.ApiClient` ->
-   `client/api_client.py`, `client.CoreV1Api` -> `client/api/core_v1_api.py`,
-   `client.models.V1Pod` -> `v1_pod.py`: `ApiClient.deserialize` looks models up by name,
+   `kubernetes_asyncio/client/api_client.py`, `client.CoreV1Api` ->
+   `kubernetes_asyncio/client/api/core_v1_api.py`, `client.models.V1Pod` ->
+   `kubernetes_asyncio/client/models/v1_pod.py`: `ApiClient.deserialize` looks models up by name,
    and their nested models in turn);
 3. a submodule of that name (`kubernetes_asyncio.watch`);
 4. anything else: run the real `__init__` into the module, as a plain import would have, so
@@ -66,7 +68,8 @@ def lazy_packages() -> None:
 def _resolver(module: ModuleType, spec: ModuleSpec) -> Any:
     def __getattr__(name: str) -> Any:
         source = _init_source(spec)
-        if name.startswith("__"):  # `__version__ = "36.1.0"`: dynamic/discovery.py imports it
+        # `__version__ = "36.1.0"`: kubernetes_asyncio/dynamic/discovery.py imports it
+        if name.startswith("__"):
             found = re.search(rf"^{re.escape(name)}\s*=\s*(.+)$", source, re.M)
             if not found:
                 raise AttributeError(f"module {spec.name!r} has no attribute {name!r}")

@@ -1,8 +1,10 @@
 """What may be written live, and what follows each write (pure).
 
-The built-in allowlist is DESIGN.md §4. Cluster admins extend it through the NodeDisruptionPolicy
-status of `MachineConfiguration/cluster`, with the MCD's semantics (reference/mco-daemon.md
-§2.3-2.4): files match by longest prefix, units by exact name, SSH keys by the `sshkey` entry."""
+The built-in allowlist: the SSH keys and password hash of `core`, the pull secret (and bootc's
+copy of it), the certificate writer's files and the user CA bundle. Cluster admins extend it
+through the NodeDisruptionPolicy status of `MachineConfiguration/cluster`, with the MCD's
+semantics (docs/mco-protocol.md §13): files match by longest prefix, units by exact name, SSH
+keys by the `sshkey` entry."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Changes that are refused outright (state Unreconcilable), as the MCO's
-`IsRenderedConfigReconcilable` (reference/mco-daemon.md §2.2) and DESIGN.md §4."""
+`IsRenderedConfigReconcilable` (docs/mco-protocol.md §14), and Ignition spec 2, which image mode
+never converts."""
 
 from __future__ import annotations
 

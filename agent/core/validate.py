@@ -1,6 +1,6 @@
 """On-disk validation (pure): what the host must hold for its current config, and what differs.
 
-The checks and their wording follow the MCD's (reference/mco-daemon.md §3.3, MCO
+The checks and their wording follow the MCD's (docs/mco-protocol.md §10, MCO
 `pkg/daemon/on_disk_validation.go`), for what this agent owns on the host:
 - every file the live part of the config writes (SSH keys of `core`, the pull secret and its
   bootc copy, the user CA bundle, NodeDisruptionPolicy paths): type and mode exactly, contents

@@ -1,8 +1,8 @@
 """After a boot into a new image: did the update land and is the host healthy? (pure)
 
-DESIGN.md §6: a reboot must have happened (boot ID changed, or systemd's SoftRebootsCount grew),
-the booted digest must be the target, and the required checks must pass. A bounded number of
-boots may be tried (greenboot's MAX_BOOT_ATTEMPTS) before rolling back."""
+What proves a boot: a reboot must have happened (boot ID changed, or systemd's
+SoftRebootsCount grew), the booted digest must be the target, and the required checks must
+pass. A bounded number of boots may be tried (greenboot's MAX_BOOT_ATTEMPTS) before rolling back."""
 
 from __future__ import annotations
 

@@ -3,19 +3,14 @@
 - Short calls (`status`, `rollback`, `upgrade --from-downloaded`, `upgrade --check`, `--help`
   probes) run as child processes (behind `command_prefix`, e.g. `nsenter -t 1 -m -u -i -n -p
   --`, in a pod).
-- Staging (`bootc switch`) can take many minutes, so it runs as the NAMED transient unit
-  `image-mode-agent-stage.service` through a `UnitRunner` (systemd's StartTransientUnit on a real
-  host): it keeps running across an agent restart, the restarted agent adopts it by name instead
-  of starting a second one, and `cancel_stage()` stops it. It runs at low priority
-  (STAGE_PRIORITY): a pull must not starve the node's workloads of disk or CPU.
+- Staging (`bootc switch`) and pre-pulls run in the named stage unit, at low priority, with their
+  progress read from a file (stage_unit.py): a restarted agent adopts the run instead of
+  starting a second one, and `cancel_stage()` stops it.
 - A digest already staged is not staged again (`bootc switch` to the staged spec is a no-op
   anyway, but only after taking the sysroot lock and starting a unit).
-- Progress: bootc's `--progress-fd` writes JSON lines. A pipe cannot outlive the agent (and a full
-  pipe with no reader would block bootc), so fd 3 of the staged command is a file in `run_dir`
-  that the agent tails; stderr goes to a second file so a failure has its `error:` line.
 - bootc waits for the sysroot lock forever: every call here is serialized by one asyncio.Lock per
   adapter and has a deadline; a deadline hit while bootc said "Waiting for sysroot lock" is kind
-  `lock`.
+  `lock` (bootc_errors.py reads bootc's stderr).
 - Never `--apply` (the agent journals its intent, then reboots itself), never
   `--mutate-in-place`.
 - Registry credentials: bootc reads /run/ostree/auth.json. The files port writes it (policy
@@ -28,21 +23,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
 
 from agent.core.trust import StageTrust, admitted
 from agent.errors import HostError, InputError
 from agent.host import bootc_errors
-from agent.host.durable import write_atomic
 from agent.host.ports import Progress, ProgressCallback, TagResolving
-from agent.host.units import ProcessUnitRunner, UnitRunner, UnitState, run_process
+from agent.host.stage_unit import STAGE_PRIORITY, STAGE_UNIT, StageUnit, progress_from_event
+from agent.host.units import ProcessUnitRunner, UnitRunner, run_process
 from agent.model.bootc_caps import (
     LIST_ARGS,
     PULL_PROBE_ARGS,
@@ -55,19 +46,10 @@ from agent.model.bootc_caps import (
 from agent.model.bootc_check import check_argv, parse_check_output, unchanged_digest
 from agent.model.bootc_status import BootcHost, parse_bootc_status
 from agent.model.imageref import ImageRef
-from agent.model.sigpolicy import POLICY_PATH
 
-STAGE_UNIT = "image-mode-agent-stage.service"
+# Callers import the stage unit's names from here too: they are part of the adapter's API.
+__all__ = ["STAGE_PRIORITY", "STAGE_UNIT", "Bootc", "BootcTimeouts", "progress_from_event"]
 _FORBIDDEN = frozenset({"--apply", "--mutate-in-place"})
-# Runs bootc with stderr and fd 3 (progress) in files, then copies stderr to the unit's own
-# stream (the journal) so `journalctl -u image-mode-agent-stage` still shows the error.
-_WRAPPER = 'err=$1 prog=$2; shift 2; "$@" 2>"$err" 3>>"$prog"; rc=$?; cat "$err" >&2; exit $rc'
-# systemd properties of the stage unit, as plain values (this module stays free of D-Bus; the
-# systemd runner types them): idle I/O class (3) and low weights, so a pull only uses what the
-# node's workloads leave, and a nice level for runners that can only renice.
-STAGE_PRIORITY: Mapping[str, Any] = MappingProxyType(
-    {"IOSchedulingClass": 3, "IOWeight": 10, "CPUWeight": 20, "Nice": 10}
-)
 
 
 @dataclass(frozen=True)
@@ -82,28 +64,6 @@ class BootcTimeouts:
     check: float = 300.0  # `upgrade --check` fetches a manifest and a config
     pull: float = 3600.0  # a pre-pull fetches the whole image, as a stage does
     config_diff: float = 60.0  # `ostree admin config-diff` reads /etc and /usr/etc
-
-
-def progress_from_event(line: str) -> Progress | None:
-    """One `--progress-fd` JSON line (progress-v0 schema) as a Progress; None for others."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(event, dict):
-        return None
-    kind, task = event.get("type"), str(event.get("task") or "")
-    if kind == "ProgressBytes":
-        return Progress(
-            done_bytes=int(event.get("bytes") or 0),
-            total_bytes=int(event.get("bytesTotal") or 0),
-            step=task,
-            cached_bytes=int(event.get("bytesCached") or 0),
-        )
-    if kind == "ProgressSteps":
-        steps, total = int(event.get("steps") or 0), int(event.get("stepsTotal") or 0)
-        return Progress(step=f"{task} {steps}/{total}" if total else task)
-    return None
 
 
 class Bootc:
@@ -133,16 +93,28 @@ class Bootc:
         self.ostree = ostree
         self.resolver = resolver
         self._prefix = list(command_prefix)
-        self.runner: UnitRunner = runner or ProcessUnitRunner(command_prefix)
         self.timeouts = timeouts or BootcTimeouts()
         self._env = dict(env or {})
-        self.unit = unit
-        self._poll = progress_poll
-        self._run_dir = Path(run_dir)
-        self._local_run_dir = Path(host_root) / self._run_dir.relative_to("/")
+        self._stage = StageUnit(
+            runner or ProcessUnitRunner(command_prefix),
+            unit=unit,
+            run_dir=run_dir,
+            host_root=host_root,
+            env=self._env,
+            progress_poll=progress_poll,
+        )
         self._lock = asyncio.Lock()
         self._caps: Capabilities | None = None
-        self._cancelled = False
+
+    @property
+    def runner(self) -> UnitRunner:
+        """What runs the stage unit (the `Systemd` adapter on a host)."""
+        return self._stage.runner
+
+    @property
+    def unit(self) -> str:
+        """The stage unit's name."""
+        return self._stage.unit
 
     # -- plumbing --------------------------------------------------------------------------
     def _direct_env(self) -> dict[str, str]:
@@ -176,9 +148,12 @@ class Bootc:
         return result.status == 0, result.stdout.decode(errors="replace")
 
     async def capabilities(self) -> Capabilities:
-        """Probe once per adapter, from `--help` (bootc-versions.md: detect features, never
-        parse versions). Hidden flags and verbs are probed by parse: clap rejects an unknown
-        argument before it reaches `--help`."""
+        """Probe once per adapter, from `--help`: what this bootc can do is read from the flags
+        it lists, never inferred from its version number (the flags the agent relies on are
+        plain options bootc's `--help` shows, e.g. `upgrade`'s in
+        https://github.com/bootc-dev/bootc/blob/v1.16.9/crates/lib/src/cli.rs#L98-L133).
+        Hidden flags and verbs are probed by parse: clap rejects an unknown argument before it
+        reaches `--help`."""
         if self._caps is None:
             _, version = await self._accepts(["--version"])
             _, switch_help = await self._accepts(["switch", "--help"])
@@ -298,7 +273,9 @@ class Bootc:
         the module's docstring; a refusal or a policy this bootc cannot enforce is kind
         `signature`, before anything runs. Returns the bytes fetched, from bootc's progress
         events (`bytes - bytesCached`): 0 when it reported no pull (the image was in the
-        repository: bootc-versions.md §2), None without `--progress-fd`."""
+        repository: bootc finds the digest stored and returns before it opens the image,
+        https://github.com/bootc-dev/bootc/blob/v1.16.9/crates/ostree-ext/src/container/store.rs#L959-L975),
+        None without `--progress-fd`."""
         ref, trust = admitted(image, trust, "stage")
         async with self._lock:
             caps = await self.capabilities()
@@ -308,7 +285,7 @@ class Bootc:
                     "--enforce-container-sigpolicy`",
                     kind="signature",
                 )
-            self._check_bind(ref, trust)
+            self._stage.check_bind(ref, trust)
             if locked and not caps.locked_staging:
                 raise HostError(
                     f"cannot stage {ref} locked: {caps.who} has no `bootc switch "
@@ -322,7 +299,9 @@ class Bootc:
                 return 0
             if locked and settled is not None and _same_spec_unlocked(settled, ref, trust.enforce):
                 # A switch to the spec staged is a no-op ("Image specification is unchanged"):
-                # lock what is staged instead (bootc-versions.md §4, step 4; >= 1.12).
+                # lock what is staged instead. bootc >= 1.12 `upgrade --download-only` with the
+                # spec unchanged only locks the staged deployment:
+                # https://github.com/bootc-dev/bootc/blob/v1.16.9/crates/lib/src/cli.rs#L1325-L1340
                 await self._run(["upgrade", "--download-only"], self.timeouts.unlock,
                                 "bootc upgrade --download-only")  # fmt: skip
                 if (await self._status()).staged_locked(digest):
@@ -335,15 +314,16 @@ class Bootc:
             if caps.progress_fd:
                 argv += ["--progress-fd", "3"]
             argv.append(ref)
-            description = await self._start_or_adopt(ref, argv, trust)
-            await self._follow(description, on_progress if caps.progress_fd else None)
+            description = await self._stage.start_or_adopt(ref, argv, trust)
+            await self._stage.follow(description, on_progress if caps.progress_fd else None,
+                                     "bootc switch", self.timeouts.stage)  # fmt: skip
             if locked and not (await self._status()).staged_locked(digest):
                 raise HostError(
                     f"bootc staged {ref} but not locked (download-only): any reboot would boot "
                     "it; the next stage replaces it",
                     kind="other",
                 )
-            return self._fetched() if caps.progress_fd else None
+            return self._stage.fetched() if caps.progress_fd else None
 
     async def pull(
         self,
@@ -367,24 +347,26 @@ class Bootc:
                     "ostree-container image pull`",
                     kind="unsupported",
                 )
-            self._check_bind(ref, trust)
+            self._stage.check_bind(ref, trust)
             await self._not_a_list(image, ref)
             if on_progress is not None:
                 on_progress(Progress(step="pre-pulling"))
             argv = pull_argv(self.bootc, ref, signed=trust.enforce)
-            description = await self._start_or_adopt(ref, argv, trust, verb="pre-pull")
-            await self._follow(description, None, what="bootc internals ostree-container pull",
-                               timeout=self.timeouts.pull)  # fmt: skip
+            description = await self._stage.start_or_adopt(ref, argv, trust, verb="pre-pull")
+            await self._stage.follow(description, None, "bootc internals ostree-container pull",
+                                     self.timeouts.pull)  # fmt: skip
             if not await self._pulled(ref):
                 raise HostError(
                     f"pre-pull of {ref} ended but the repository does not list it", kind="other"
                 )
 
     async def _not_a_list(self, image: ImageRef, ref: str) -> None:
-        """A manifest list's digest cannot be pre-pulled usefully: bootc stores the image it
-        pulls under the instance's digest, so the turn's switch of the list's digest never
-        finds it and imports again (bootc-versions.md §2); and the booted digest is the
-        instance's. Refused with the digest to pin instead."""
+        """A manifest list's digest cannot be pre-pulled usefully: bootc records the image it
+        pulls under the instance's digest (the one skopeo picks from the list), and it skips
+        the fetch only when that recorded digest is the one asked for, so the turn's switch of
+        the list's digest asks the registry again and imports anew
+        (https://github.com/bootc-dev/bootc/blob/v1.16.9/crates/ostree-ext/src/container/store.rs#L959-L1011);
+        and the booted digest is the instance's. Refused with the digest to pin instead."""
         if self.resolver is None or image.digest is None:
             return
         instance = await self.resolver.instance(image)
@@ -411,137 +393,12 @@ class Bootc:
         out = await self._run(LIST_ARGS, self.timeouts.status, "bootc internals image list")
         return listed(out.decode(errors="replace"), ref)
 
-    def _check_bind(self, ref: str, trust: StageTrust) -> None:
-        if trust.policy is not None and not self.runner.can_bind_paths:
-            raise HostError(
-                f"cannot verify {ref}: the stage policy needs a systemd unit to mount it",
-                kind="signature",
-            )
-
     async def _settled_status(self) -> BootcHost | None:
         """bootc's status, when no stage unit runs; None while one does: it may be replacing
         the staged deployment (a newer target), or be ours to adopt and follow."""
-        if (await self.runner.unit_state(self.unit)).running:
+        if await self._stage.running():
             return None
         return await self._status()
-
-    def _paths(self, what: tuple[str, ...] = ("stderr", "progress")) -> tuple[Path, ...]:
-        """Files beside the stage (stderr, progress by default) as the command sees them,
-        then as the agent reads them."""
-        names = tuple(f"{self.unit}.{suffix}" for suffix in what)
-        return (
-            *(self._run_dir / name for name in names),
-            *(self._local_run_dir / name for name in names),
-        )
-
-    async def _start_or_adopt(
-        self, ref: str, argv: list[str], trust: StageTrust, verb: str = "stage"
-    ) -> str:
-        # The description names what the unit does and verifies: a stage started under other
-        # trust (a pre-stage before the policy changed), or a pre-pull where a stage is wanted,
-        # is never adopted.
-        description = f"image-mode-agent: {verb} {ref}"
-        if trust.enforce:
-            description += " (signatures enforced)"
-        state = await self.runner.unit_state(self.unit)
-        if state.running and state.description == description:
-            return description  # started by an earlier agent process: adopt, never start twice
-        if state.running:
-            await self.runner.stop_unit(self.unit)  # staging an older target: superseded
-        if state.load_state == "loaded":
-            await self.runner.clear_unit(self.unit)
-        err, prog, local_err, local_prog = self._paths()
-        self._local_run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for path in (local_err, local_prog):
-            path.unlink(missing_ok=True)
-        self._cancelled = False
-        properties = dict(STAGE_PRIORITY)
-        if trust.policy is not None:
-            policy, local_policy = self._paths(("policy.json",))
-            write_atomic(local_policy, trust.policy)  # 0600: mounted as the host's policy
-            properties["BindReadOnlyPaths"] = [(str(policy), POLICY_PATH, False, 0)]
-        wrapped = ["/bin/sh", "-c", _WRAPPER, "image-mode-agent-stage", str(err), str(prog), *argv]
-        await self.runner.start_transient_service(
-            self.unit, wrapped, env=self._env, properties=properties, description=description
-        )
-        return description
-
-    async def _follow(
-        self,
-        description: str,
-        on_progress: ProgressCallback | None,
-        what: str = "bootc switch",
-        timeout: float | None = None,
-    ) -> None:
-        timeout = self.timeouts.stage if timeout is None else timeout
-        _, _, local_err, local_prog = self._paths()
-        tail = asyncio.create_task(self._tail(local_prog, on_progress)) if on_progress else None
-        final: UnitState | None = None
-        try:
-            final = await self.runner.wait_unit_finished(self.unit, timeout)
-        except HostError as exc:
-            if exc.kind != "timeout":
-                raise
-        finally:
-            if tail is not None:
-                tail.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await tail
-        stderr = _read_text(local_err)
-        # The name as it is now, not as it was when our unit ended: a stage of a newer target
-        # may have replaced ours meanwhile. Not ours to judge or clear (clearing would stop it).
-        now = await self.runner.unit_state(self.unit) if final is not None else None
-        if now is not None and now.load_state == "loaded" and now.description != description:
-            raise HostError("staging was superseded by a newer stage", kind="cancelled")
-        if final is None:  # deadline: stop the unit; a later stage starts afresh
-            await self.runner.stop_unit(self.unit)
-            await self.runner.clear_unit(self.unit)
-            raise bootc_errors.timed_out(what, stderr, timeout)
-        await self.runner.clear_unit(self.unit)
-        if self._cancelled:
-            raise HostError("staging was cancelled", kind="cancelled")
-        if final.load_state != "loaded":  # stopped by someone else, then garbage-collected
-            raise HostError(f"{self.unit} was stopped before bootc finished", kind="cancelled")
-        if not final.ok or final.exec_main_status != 0:
-            raise bootc_errors.failure(what, stderr, final.exec_main_status)
-
-    def _fetched(self) -> int:
-        """The bytes the last stage fetched, from its progress events: `bytes - bytesCached`
-        of the pull; 0 when bootc reported no pull (the image was in the repository)."""
-        _, local_prog = self._paths(("progress",))
-        fetched = 0
-        for line in _read_text(local_prog).splitlines():
-            progress = progress_from_event(line)
-            if progress is not None and progress.total_bytes:
-                fetched = max(fetched, progress.done_bytes - progress.cached_bytes)
-        return fetched
-
-    async def _tail(self, path: Path, on_progress: ProgressCallback) -> None:
-        """Feed progress lines to the callback as bootc appends them (a partial last line
-        waits for its newline); when cancelled, read once more so the final event lands."""
-        offset, pending = 0, b""
-
-        def feed() -> None:
-            nonlocal offset, pending
-            try:
-                with open(path, "rb") as handle:
-                    handle.seek(offset)
-                    chunk = handle.read()
-            except FileNotFoundError:
-                return
-            offset += len(chunk)
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                progress = progress_from_event(line.decode(errors="replace"))
-                if progress is not None:
-                    on_progress(progress)
-
-        try:
-            while True:
-                feed()
-                await asyncio.sleep(self._poll)
-        finally:
-            feed()
 
     async def config_diff(self) -> str:
         """`ostree admin config-diff` of the booted deployment, run where bootc runs (behind
@@ -565,17 +422,7 @@ class Bootc:
 
     async def cancel_stage(self) -> None:
         """Stop a running stage unit (the waiting `stage()` then raises kind `cancelled`)."""
-        self._cancelled = True
-        state = await self.runner.unit_state(self.unit)
-        if state.running:
-            await self.runner.stop_unit(self.unit)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
+        await self._stage.cancel()
 
 
 def _staged_as_asked(status: BootcHost, digest: str, enforce: bool, locked: bool) -> bool:

@@ -1,16 +1,16 @@
 """Where a tag points, as bootc would pull it, for hosts whose bootc has no `upgrade --tag`
-(< 1.15; bootc-versions.md:249-256).
+(< 1.15; docs/bootc-releases.md §11).
 
 `skopeo inspect --raw (--authfile F | --no-creds) docker://NAME:TAG` prints the tag's manifest
 exactly as the registry serves it; agent/model/manifest.py turns it into the digest bootc
 records as `imageDigest` (a list's instance for linux/<this machine>, never the list's own
-digest: bootc-versions.md:133-136,264-271). Never `skopeo inspect`'s `.Digest`: that is the
+digest: docs/bootc-releases.md §7, §11). Never `skopeo inspect`'s `.Digest`: that is the
 top-level manifest's.
 
 - Credentials: bootc reads the first existing of /run/ostree/auth.json, /etc/ostree/auth.json,
   /usr/lib/ostree/auth.json and otherwise goes anonymous; it never reads
   /run/containers/0/auth.json, ~/.docker/config.json or REGISTRY_AUTH_FILE
-  (bootc-versions.md:258-262). So does this: always `--authfile` or `--no-creds`. The files are
+  (docs/bootc-releases.md §11). So does this: always `--authfile` or `--no-creds`. The files are
   looked up under `host_root` (the host's / as the agent sees it) and passed as host paths.
 - Everything else (registries.conf mirrors, certs.d) is the host's as long as skopeo runs in
   the host's mount namespace: in a pod, pass `command_prefix` (nsenter), as for bootc.
@@ -102,7 +102,7 @@ class TagResolver:
     async def instance(self, image: ImageRef) -> str:
         """For a digest-pinned `image`: the digest bootc records when it pulls it, which is
         the host architecture's instance when that digest names a manifest list or an OCI
-        index (bootc-versions.md §2, "Multi-arch images"), else the digest itself. Same
+        index (docs/bootc-releases.md §7, "Multi-arch images"), else the digest itself. Same
         HostError kinds as resolve()."""
         if image.digest is None:
             raise HostError(f"{image} is not pinned by digest", kind="input")

@@ -1,5 +1,5 @@
 """HyperShift mode: the node side of a hosted cluster's InPlace NodePool upgrade, in place of the
-machine-config-daemon pod the upgrader starts (../shared/reference/hypershift-inplace.md §4).
+machine-config-daemon pod the upgrader starts (docs/mco-protocol.md §15).
 
 In: the own Node (`desiredConfig`, `currentConfig`, `lastAppliedDrain`) and the NodePool's upgrade
 ConfigMap (`data.hash`, `data.config`), both watched with the kubelet's identity. Out: the same
@@ -11,7 +11,7 @@ Node annotations as the MCD writes in this mode, and Events:
   (also with no drain, as the MCD: the upgrader counts a node done only when the drain
   annotations agree);
 - any failure: `state=Degraded` and the reason, never `Unreconcilable`: the upgrader looks for
-  nothing else (inplaceupgrader.go:224) and would wait on an Unreconcilable node for ever.
+  nothing else (docs/mco-protocol.md §15 step 9) and would wait on an Unreconcilable node for ever.
 
 The same core plans (live allowlist, refusals, image updates) and the same engine and journal act.
 No MachineConfig, pool, ControllerConfig or MachineConfigNode exists in a hosted cluster, and
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 import structlog
 
 from agent.cluster import annotations as A
-from agent.cluster.agent import Unusable, parsed
 from agent.cluster.drain import DrainTimeout
 from agent.cluster.events import EventRecorder
+from agent.cluster.inputs import Unusable, parsed
 from agent.cluster.kube import TRANSIENT, Kube, KubeError
 from agent.cluster.node_writer import NodeWriter, ProgressReporter
 from agent.cluster.passes import PassLoop
@@ -443,7 +443,7 @@ class HypershiftAgent:
         """With nothing recorded on the host yet, the baseline is what the MCD would read: its
         `/etc/mcd-currentconfig.json` (a node it updated in place), else the MachineConfig
         Ignition wrote at provisioning. Never the first-boot node-annotations.json: it names a
-        rendered config, not a config-version hash (reference §4)."""
+        rendered config, not a config-version hash (docs/mco-protocol.md §15)."""
         if self.engine.current_config() is not None or self.options.dry_run:
             return  # a dry run records nothing: it plans from what is recorded
         for path in (MCD_CURRENT_CONFIG, MC_CONTENT_PATH):

@@ -1,16 +1,16 @@
 """Pre-staging on a HyperShift NodePool: the upgrader publishes the target in ConfigMap
-`<np>-upgrade` before it picks any node (inplaceupgrader.go: the manifests come before
-`getNodesToUpgrade`; the kit saw the ConfigMap 0.5 to 1 s before the first `desiredConfig`), so
-every node of the pool can stage that image locked while it still serves, and its turn is a
-drain and a reboot. The upgrader counts a node unavailable only from `desiredConfig` on
-(`getCapacity`): nothing here writes the Node.
+`<np>-upgrade` before it picks any node (docs/mco-protocol.md §15, steps 11-12: the manifests
+come before `getNodesToUpgrade`; the kit saw the ConfigMap 0.5 to 1 s before the first
+`desiredConfig`), so every node of the pool can stage that image locked while it still serves,
+and its turn is a drain and a reboot. The upgrader counts a node unavailable only from
+`desiredConfig` on (`getCapacity`): nothing here writes the Node.
 
 The pre-pulls are bounded as a pool's are (agent/cluster/pull_lanes.py): K Lease lanes
 `image-mode-prepull-<np>-<lane>` in the upgrade namespace, taken in the order the upgrader
 lists the NodePool's Nodes (order.py), with the kubelet's identity: the Node authorizer gives
 it neither those Leases nor a list of other Nodes, so deploy/hypershift/rbac.yaml grants both
 to group system:nodes. Without them the pre-pulls fall back to the jitter, with a
-PrestageUnbounded Event (prestager.py)."""
+PrestageUnbounded Event (cluster/prestager.py)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ best first:
 - pre-pull (every bootc from 1.6): the image `NAME@DIGEST` is pulled into the booted sysroot's
   ostree repository with the hidden `bootc internals ostree-container image pull`, and nothing
   is staged, so no reboot of any kind can boot it. At the turn, `bootc switch NAME@DIGEST`
-  finds that exact ref in the repository and contacts no registry (ostree-ext store.rs:959-975).
-  Any staging prunes undeployed images (ext-deploy.rs prune), so a pre-pull is checked again
-  and re-pulled after one."""
+  finds that exact ref in the repository and contacts no registry (docs/bootc-releases.md §7).
+  Any staging prunes undeployed images (docs/bootc-releases.md §8), so a pre-pull is checked
+  again and re-pulled after one."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 SYSROOT = "/sysroot"
 REPO = f"{SYSROOT}/ostree/repo"
 # The pull path calls neither bootc's nor libostree's remount, and /sysroot is read-only on a
-# bootc host: remount it read-write in a private mount namespace only (bootc-versions.md §1).
+# bootc host: remount it read-write in a private mount namespace only (docs/bootc-releases.md §6).
 _REMOUNT = f'mount -o remount,rw {SYSROOT} && exec "$@"'
 
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
@@ -60,8 +60,9 @@ class Capabilities:
     @property
     def soft_reboot_at_turn(self) -> bool:
         """bootc prepares a soft reboot of the staged deployment at the turn with `upgrade
-        --from-downloaded --soft-reboot auto` (>= 1.12); never while pre-staging (§6: a
-        prepared nextroot of a locked deployment would run at the next ordinary reboot)."""
+        --from-downloaded --soft-reboot auto` (>= 1.12); never while pre-staging
+        (docs/bootc-releases.md §10: a prepared nextroot of a locked deployment would run at the
+        next ordinary reboot)."""
         return self.soft_reboot and self.upgrade_from_downloaded
 
     @property
@@ -145,14 +146,14 @@ def prestage_path(caps: Capabilities) -> PrestagePath:
 
 def pull_imgref(ref: str, *, signed: bool) -> str:
     """The ostree-ext image reference a pre-pull uses. `ref` must be the exact `NAME@DIGEST` the
-    turn's `bootc switch` stages: the repository keys images by that string (store.rs:200).
-    Signed when the stage enforces a policy: a switch that finds the image present verifies
-    nothing (the policy is enforced only while fetching)."""
+    turn's `bootc switch` stages: the repository keys images by that string
+    (docs/bootc-releases.md §7). Signed when the stage enforces a policy: a switch that finds the
+    image present verifies nothing (the policy is enforced only while fetching)."""
     return f"ostree-image-signed:docker://{ref}" if signed else f"ostree-unverified-registry:{ref}"
 
 
 def pull_argv(bootc: str, ref: str, *, signed: bool) -> list[str]:
-    """The pre-pull command (bootc-versions.md §1): a private mount namespace, /sysroot
+    """The pre-pull command (docs/bootc-releases.md §6): a private mount namespace, /sysroot
     read-write in it only, then the hidden ostree-ext pull into the sysroot's repository."""
     return [
         "unshare", "-m", "--", "sh", "-c", _REMOUNT, "image-mode-agent-pull",

@@ -1,5 +1,5 @@
 """HyperShift InPlace NodePool payloads: the names the upgrader uses and the decoding of what it
-publishes (../shared/reference/hypershift-inplace.md §2.11, §3, §4).
+publishes (docs/mco-protocol.md §15, steps 4 and 11-14).
 
 The upgrader copies the ignition server's payload, base64 text of the gzip of the Ignition
 config the machine-config-server serves, into ConfigMap `<np>-upgrade/<np>-upgrade` as
@@ -23,10 +23,10 @@ from agent.model.document import load_document
 
 NODEPOOL_LABEL = "hypershift.openshift.io/nodePool"
 # What Ignition wrote at provisioning, and what the MCD writes after each in-place update
-# (MCO pkg/daemon/daemon.go, HyperShift mode; reference §2.14).
+# (MCO pkg/daemon/daemon.go, HyperShift mode; docs/mco-protocol.md §15 step 14).
 MC_CONTENT_PATH = "/etc/mcs-machine-config-content.json"
 MCD_CURRENT_CONFIG = "/etc/mcd-currentconfig.json"
-# A config-version hash is `%08x` of FNV-32a (nodepool/config.go:165-167); any short token of
+# A config-version hash is `%08x` of FNV-32a (docs/mco-protocol.md §15 step 2); any short token of
 # the characters an annotation value and `drain-<hash>` may hold is accepted, so that a
 # future hash function is not a refusal.
 _HASH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -35,7 +35,8 @@ MAX_PAYLOAD_TEXT = 64 * 1024 * 1024
 
 
 def upgrade_objects(nodepool: str) -> tuple[str, str]:
-    """The namespace and name of the NodePool's upgrade ConfigMap (inplaceupgrader.go 583-625)."""
+    """The namespace and name of the NodePool's upgrade ConfigMap (docs/mco-protocol.md §15
+    step 11)."""
     return f"{nodepool}-upgrade", f"{nodepool}-upgrade"
 
 

@@ -2,8 +2,8 @@
 (pure: bytes in, digest out).
 
 bootc < 1.15 has no `upgrade --tag`, so the agent resolves a tag itself with `skopeo inspect
---raw` (agent/host/skopeo.py) and stages by digest (bootc-versions.md:249-272). bootc records
-the per-platform instance digest, never an index's (bootc-versions.md:133-136): its skopeo
+--raw` (agent/host/skopeo.py) and stages by digest (docs/bootc-releases.md §11). bootc records
+the per-platform instance digest, never an index's (docs/bootc-releases.md §7): its skopeo
 proxy fetches the tag's manifest and, for a multi-image one, takes the instance that
 containers/image's `ChooseInstance` picks for the running platform. This module repeats that
 choice (containers/image `internal/manifest/{manifest,list,oci_index,docker_schema2_list}.go`

@@ -1,6 +1,7 @@
 """The `fleet_lock` strategy, as Zincati's: before rebooting into a staged update the host takes
 a slot of a remote counting semaphore (FleetLock `pre-reboot`), and once it runs the new image
-it gives the slot back (`steady-state`). Protocol: Zincati's docs/development/fleetlock/.
+it gives the slot back (`steady-state`). Protocol: Zincati's FleetLock protocol document,
+https://github.com/coreos/zincati/blob/be76c4a/docs/development/fleetlock/protocol.md .
 
 `base_url` names the directory holding the `v1/` endpoints, as in Zincati's documented form
 `http://example.com/fleet_lock/`. Zincati resolves the endpoint as a relative URL reference, so

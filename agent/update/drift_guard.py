@@ -1,6 +1,6 @@
 """When the agent validates the host, and what it does with a finding: at the first pass
 after a start, before each update, on every drift monitor event and after each update,
-against the current config (reference/mco-daemon.md §3.3-3.4). Cluster and file mode share it.
+against the current config (docs/mco-protocol.md §10). Cluster and file mode share it.
 
 A finding is reported as the MCD reports it: Degraded with "unexpected on-disk state
 validating against <config>: ..." (the Node's reason, or status.json's), an event

@@ -1,7 +1,7 @@
 """The config drift monitor: inotify on the parent directories of what a validation checked,
 and a call back (debounced) when a tracked path in them changes, so the caller validates again
 within a second of an edit instead of at its next start (the MCD's config drift monitor,
-reference/mco-daemon.md §3.4).
+docs/mco-protocol.md §10).
 
 Tracked: the files the live part writes, the unit names in systemd's unit directories (a mask
 or an enablement link appearing or going) and the image's own /etc files (those /usr/etc

@@ -2,172 +2,42 @@
 
 Every transition is journaled before the side effect it names, and every side effect is
 idempotent, so a process killed at any point resumes where it stopped: no second drain, no
-second reboot, no half-written file (DESIGN.md §1.4)."""
+second reboot, no half-written file. The records it stands on are in engine_records.py, the
+pre-stage pass in prestage.py, what a pass returns in outcome.py."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import structlog
 
 from agent.core.desired import Desired
-from agent.core.plan import CORE, LiveStep, Plan, live_changes, live_summary, plan_update
-from agent.core.policy import BUILTIN_POLICY, LivePolicy
-from agent.core.trust import StageTrust, changes_trust, stage_trust
+from agent.core.plan import CORE, LiveStep, Plan, live_changes, live_summary
+from agent.core.trust import StageTrust, stage_trust
 from agent.core.verify import AfterBoot, BootFacts, decide_after_boot
-from agent.errors import HostError, InputError
-from agent.host.ports import Host, Progress, ProgressCallback
-from agent.model.bootc_caps import prestage_path
-from agent.model.bootc_status import BootcHost
+from agent.errors import HostError
 from agent.model.imageref import ImageRef, parse_image_ref
-from agent.model.machineconfig import MachineConfig
 from agent.model.sigpolicy import POLICY_PATH
-from agent.update.configstore import ConfigStore
-from agent.update.journal import IN_FLIGHT, Journal, Phase, Record
+from agent.update.journal import IN_FLIGHT, Phase, Record
+from agent.update.outcome import (
+    DEGRADED,
+    DONE,
+    REBOOTING,
+    UNRECONCILABLE,
+    WORKING,
+    Hooks,
+    Outcome,
+)
+from agent.update.prestage import PrestageResult, Prestaging
 
-DONE, WORKING, REBOOTING = "Done", "Working", "Rebooting"
-DEGRADED, UNRECONCILABLE = "Degraded", "Unreconcilable"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    state: str  # Done | Rebooting | Degraded | Unreconcilable | Working (dry run)
-    reason: str = ""
-    plan: Plan | None = None
-    current_config: str | None = None
-    current_image: str | None = None
-    retryable: bool = False  # a Degraded that may heal by trying again (registry, disk...)
-
-
-@dataclass(frozen=True)
-class PrestageResult:
-    """What a pre-stage did: `staged`/`already-staged` (locked, download-only), `pulled`/
-    `already-pulled` (into the repository, nothing staged), or `skipped`; `note` says why (a
-    capability this bootc lacks, or why nothing was done)."""
-
-    outcome: str
-    note: str = ""
-
-    @property
-    def skipped(self) -> bool:
-        return self.outcome == "skipped"
-
-    def __str__(self) -> str:
-        return f"{self.outcome}: {self.note}" if self.note else self.outcome
+# Callers import these from here: the engine's API is one module.
+__all__ = ["DEGRADED", "DONE", "REBOOTING", "UNRECONCILABLE", "WORKING", "Engine", "Hooks",
+           "Outcome", "PrestageResult"]  # fmt: skip
 
 
-@dataclass
-class Hooks:
-    """Points where a caller observes the engine. `checkpoint` runs after every journal write
-    and side effect (tests kill the engine there); `before_disruption` runs once, after
-    staging and before the reboot (cluster mode drains there)."""
-
-    checkpoint: Callable[[str], None] = lambda label: None
-    progress: Callable[[Progress], None] = lambda progress: None
-    before_disruption: Callable[[Desired], object] | None = None
-    events: deque[str] = field(default_factory=lambda: deque(maxlen=200))  # recent, for people
-    # (kind, text) for counters: staged, stage-failed, reboot-failed, committed, rolled-back,
-    # degraded; `seconds` is the update's duration when it ends.
-    notice: Callable[[str, str, float | None], None] = lambda kind, text, seconds: None
-    # (config name, document) just before an update's config becomes the current one: cluster
-    # mode keeps the MCD's on-disk config current there (a coroutine is awaited).
-    committing: Callable[[str, bytes], object] | None = None
-
-
-class Engine:
-    def __init__(
-        self,
-        host: Host,
-        *,
-        policy: LivePolicy = BUILTIN_POLICY,
-        max_boot_attempts: int = 1,
-        hooks: Hooks | None = None,
-        soft_reboot: bool = False,
-        external_current: Callable[[], tuple[bytes, str] | None] | None = None,
-    ) -> None:
-        self.host = host
-        self.policy = policy
-        self.max_boot_attempts = max(1, max_boot_attempts)
-        self.soft_reboot = soft_reboot
-        self.hooks = hooks or Hooks()
-        self.journal = Journal(host.state_dir / "journal.json")
-        self.configs = ConfigStore(host.state_dir, external_current)
-        self.log = structlog.get_logger("engine").bind(root=str(host.root))
-
-    # -- stored configs ------------------------------------------------------------------
-    def current_config(self) -> MachineConfig | None:
-        """The config recorded as the one the host runs; None when none is recorded yet.
-        A recorded file that cannot be read or parsed raises HostError(kind="journal") naming
-        the file and the field: it is reported Degraded and read again with backoff, never
-        deleted or planned around (see agent/update/configstore.py)."""
-        return self.configs.current()
-
-    def adopt_current(self, document: bytes) -> None:
-        """Record `document` as the config the host runs, when none is recorded yet."""
-        self.configs.record_current(document)
-
-    def follow_external(self) -> str | None:
-        """The MCD's "disk is truth", which it applies at every start: when the other
-        record of the current config (`external_current`, the MCD's) holds a config that was
-        applied after this agent last recorded its own, that config is the current one. The
-        journal names it first, with no image of its own (callers read the MCD's record,
-        then the config's osImageURL), so a crash before the rest finds it newer again; then
-        it is recorded as this agent's own, and an update left in flight here is dropped,
-        never resumed over it (that would take the node back to an older config). Returns
-        its name; None when nothing changed."""
-        found = self.configs.external_differs()
-        if found is None:
-            return None
-        config, document = found
-        rec = self.journal.load()
-        if rec.phase == Phase.COMMITTING and config == self.configs.pending():
-            return None  # this agent's own commit, cut off between the two records
-        dropped = rec.config_name if rec.phase in IN_FLIGHT else None
-        self._save(Record(failed=rec.failed, failed_causes=rec.failed_causes,
-                          verified_pull=rec.verified_pull, current_name=config.name))  # fmt: skip
-        self.configs.record_current(document)
-        self.configs.drop_pending()
-        self._event(f"{config.name} was applied after this agent last ran here (the MCD's "
-                    "on-disk config): it is the current config"
-                    + (f"; the update to {dropped} left in flight is dropped" if dropped
-                       else ""))  # fmt: skip
-        return config.name
-
-    def _pending(self) -> Desired:
-        config, data = self.configs.pending_recorded()  # HostError naming the file if unusable
-        rec = self.journal.load()
-        target = parse_image_ref(rec.target) if rec.target else None
-        return Desired(config, data, target)
-
-    # -- bookkeeping ---------------------------------------------------------------------
-    def _save(self, record: Record) -> Record:
-        self.journal.save(record)
-        self.hooks.checkpoint(f"journal:{record.phase}")
-        return record
-
-    def _did(self, what: str) -> None:
-        self.hooks.checkpoint(f"did:{what}")
-
-    def _notice(self, kind: str, text: str, rec: Record | None = None) -> None:
-        seconds = time.time() - rec.started if rec is not None and rec.started else None
-        self.hooks.notice(kind, text, seconds)
-
-    def _event(self, text: str) -> None:
-        self.hooks.events.append(text)
-        self.log.info(text)
-
-    @staticmethod
-    def _booted_ref(status: BootcHost) -> ImageRef | None:
-        ref = status.booted_ref
-        try:
-            return parse_image_ref(ref) if ref else None
-        except InputError:
-            return None
+class Engine(Prestaging):
+    """Moves a host one whole update toward a desired state (`reconcile`), finishes one a
+    boot waited for (`verify_boot`), and pre-stages an image while idle (prestage.py)."""
 
     # -- entry point ---------------------------------------------------------------------
     async def reconcile(
@@ -192,32 +62,6 @@ class Engine:
         ):
             return Outcome(DEGRADED, rec.cause or "", current_config=rec.current_name)
         return await self._start(rec, desired)
-
-    async def _plan(
-        self, desired: Desired, rec: Record, *, force: bool = False
-    ) -> tuple[Plan, BootcHost]:
-        status = await self.host.bootc.status()
-        failed = frozenset(d for d, key in rec.failed.items() if key == desired.key)
-        current = self.current_config()
-        # Forced (the MCD's force file), or adopted from the cluster and never validated
-        # here: nothing says the live files are as recorded, so all of them are written.
-        # Refusals and image content are still decided from the recorded config.
-        adopted = rec.current_name is None and not self.configs.has_external()
-        plan = plan_update(
-            current,
-            desired.config,
-            booted=self._booted_ref(status),
-            target=desired.target,
-            policy=self.policy,
-            failed_digests=failed,
-            rewrite_live=current is not None and (force or adopted),
-        )
-        return plan, status
-
-    async def plan(self, desired: Desired) -> Plan:
-        """The plan toward `desired` from the host as it is now; nothing changes."""
-        plan, _ = await self._plan(desired, self.journal.load())
-        return plan
 
     async def _dry_run(self, rec: Record, desired: Desired) -> Outcome:
         plan, _ = await self._plan(desired, rec)
@@ -438,80 +282,6 @@ class Engine:
         if rec.phase not in (Phase.REBOOTING, Phase.ROLLBACK_REBOOTING):
             return None
         return await self._resume(rec)
-
-    # -- pre-staging ---------------------------------------------------------------------
-    async def prestage(
-        self, desired: Desired, on_progress: ProgressCallback | None = None
-    ) -> PrestageResult:
-        """Take `desired`'s image pull out of the update that will ask for it, the best way
-        this bootc can (model/bootc_caps.py): staged locked (download-only), or pre-pulled
-        into the repository with nothing staged; the host keeps running and nothing else
-        changes. HostError when bootc fails. Only from the idle phase: an update in flight
-        owns the staged deployment. Again after a pre-pull, it checks the image is still in
-        the repository (any staging prunes it) and pulls it again if not."""
-        rec = self.journal.load()
-        if rec.phase != Phase.IDLE:
-            return PrestageResult("skipped", f"an update is in flight (phase {rec.phase})")
-        plan, status = await self._plan(desired, rec)
-        target = desired.target
-        if plan.verdict != "image" or target is None or target.digest is None:
-            return PrestageResult("skipped", f"the update would be {plan.verdict}, not an image")
-        path = prestage_path(await self.host.bootc.capabilities())
-        if path.kind == "none":
-            return PrestageResult("skipped", path.note)
-        policy = await asyncio.to_thread(self.host.files.read, POLICY_PATH)
-        changed = changes_trust([step.path for step in plan.live], policy)
-        if changed is not None:
-            return PrestageResult("skipped", f"the update changes {changed}; the image is "
-                                  "staged at this node's turn, once the new signature policy "
-                                  "is written")  # fmt: skip
-        rec = self.journal.load()  # read again: no await between this check and the write
-        if rec.phase != Phase.IDLE:
-            return PrestageResult("skipped", f"an update is in flight (phase {rec.phase})")
-        if rec.prestage != str(target):
-            self._save(rec.to(Phase.IDLE, prestage=str(target)))
-        trust = stage_trust(policy, target)
-        if path.kind == "pre-pull":
-            verified = str(target) if trust.enforce else None
-            if await self.host.bootc.pulled(target):
-                if not trust.enforce or rec.verified_pull == verified:
-                    return PrestageResult("already-pulled", path.note)
-                # A signed pull of a present image verifies nothing either: drop it first.
-                await self.host.bootc.prune()
-            await self.host.bootc.pull(target, on_progress, trust=trust)
-            rec = self.journal.load()
-            if rec.phase == Phase.IDLE and rec.verified_pull != verified:
-                self._save(rec.to(Phase.IDLE, verified_pull=verified))
-            self._did("prestage")
-            self._event(f"pre-pulled {target} into the repository (nothing staged: a reboot "
-                        f"before the turn boots the running image); {path.note}")  # fmt: skip
-            return PrestageResult("pulled", path.note)
-        if status.staged_locked(target.digest):
-            return PrestageResult("already-staged")
-        await self.host.bootc.stage(target, on_progress, locked=True, trust=trust)
-        self._did("prestage")
-        self._event(f"pre-staged {target} (locked: applied only at its reboot)")
-        return PrestageResult("staged")
-
-    async def drop_prestage(self) -> bool:
-        """Forget a pre-stage that is no longer wanted: stop its stage or pull if it still
-        runs (a finished locked deployment needs nothing: no ordinary boot applies it, and the
-        next stage replaces it; a pre-pulled image goes with the next stage's prune). Returns
-        whether there was one."""
-        rec = self.journal.load()
-        if rec.phase != Phase.IDLE or rec.prestage is None:
-            return False
-        await self.host.bootc.cancel_stage()
-        rec = self.journal.load()
-        if rec.phase == Phase.IDLE and rec.prestage is not None:
-            self._save(rec.to(Phase.IDLE, prestage=None))
-        self._event(f"pre-stage of {rec.prestage} dropped")
-        return True
-
-    def prestaged(self) -> str | None:
-        """The pinned ref pre-staged (or being pre-staged) while idle, from the journal."""
-        rec = self.journal.load()
-        return rec.prestage if rec.phase == Phase.IDLE else None
 
     # -- resuming ------------------------------------------------------------------------
     async def _resume(self, rec: Record) -> Outcome:

@@ -61,7 +61,7 @@ class Record:
     prestage: str | None = None
     # The pinned ref last pre-pulled with its signatures verified (`ostree-image-signed:`). A
     # stage that must verify finds any other pre-pulled copy in the repository, and bootc's
-    # switch verifies nothing it finds there (bootc-versions.md §2): that copy is pruned first.
+    # switch verifies nothing it finds there (docs/bootc-releases.md §7): that copy is pruned first.
     verified_pull: str | None = None
 
     def to(self, phase: Phase, **changes: Any) -> Record:

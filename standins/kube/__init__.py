@@ -1,9 +1,11 @@
 """fakekube: a loopback kube-apiserver, for `image-mode-agent demo` and the agent's tests.
 
 It speaks real HTTP on 127.0.0.1 (aiohttp), so the agent uses the real kubernetes-asyncio
-client, and it behaves like kube-apiserver v1.32 with `--authorization-mode=Node,RBAC` wherever
-the agent depends on it (see /work/shared/reference/kube-apiserver-behaviour.md). No state is
-module-global: several servers may run in one process.
+client, and it behaves like kube-apiserver v1.32 with `--authorization-mode=Node,RBAC` and the
+NodeRestriction admission plugin wherever the agent depends on it: the semantics below are what
+such a server (https://github.com/kubernetes/kubernetes/tree/v1.32.0), on etcd 3.5, was seen
+to do, and the conformance tier (tests/conformance) runs the same scenarios against a real one.
+No state is module-global: several servers may run in one process.
 
 Quick tour::
 
@@ -45,7 +47,8 @@ Quick tour::
                                                      # controllers, stand-ins (see below)
 
 `kube.start_in_thread()` / `kube.stop_in_thread()` serve from a background thread instead. All
-in-process store helpers are thread-safe.
+in-process store helpers are thread-safe; they are `StoreApi`'s (store_api.py), the class the
+controller stand-ins act on, so that they never import the server that starts them.
 
 Identities (`Identity` in auth.py; pass them to `FakeKube(identities=...)` or register later):
 * `kube.admin` (always present): everything allowed.
@@ -142,7 +145,8 @@ the other in-process helpers bypass it, as they bypass authorization):
   real plugin picked deploy/admission.yaml's up 0.2-0.6 s after its creation).
 
 Where it still differs from the real kube-apiserver, as the conformance tier
-(tests/conformance, the same scenarios on the real server from ../shared/kit) met it:
+(tests/conformance, the same scenarios on a real server from the conformance kit that
+tests/conformance/README.md describes) met it:
 * Service-account tokens are static strings here, their `extra` what the test gave them;
   there they come from the TokenRequest API, expire, and a pod-bound one also carries the pod's
   name and uid and a credential id.
@@ -175,14 +179,15 @@ Where it still differs from the real kube-apiserver, as the conformance tier
 
 from .admission import NOT_READY_TAINT
 from .auth import NODE_NAME_CLAIM, Identity, Rule, RuleLike
+from .changes import Change
 from .drain_controller import DESIRED_DRAIN, LAST_APPLIED_DRAIN, DrainController
 from .errors import ApiError
 from .node_controller import NodeController
 from .rbac import node_rules, rules_for_user, service_account_rules
 from .render_controller import RenderController
+from .request_log import RequestRecord
 from .resources import ResourceType
-from .server import FakeKube, RequestRecord
-from .store import Change
+from .server import FakeKube
 
 __all__ = [
     "DESIRED_DRAIN",

@@ -28,10 +28,11 @@ from typing import Any
 
 from .auth import Identity
 from .cel import Cel
+from .changes import Change, Obj
 from .errors import ApiError
 from .resources import Registry, ResourceType
 from .selectors import label_selector_matches
-from .store import Admit, Change, Obj, Store
+from .store import Admit, Store
 
 GROUP = "admissionregistration.k8s.io"
 POLICIES = "validatingadmissionpolicies"

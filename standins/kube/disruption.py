@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .changes import Change, Obj
 from .errors import ApiError
 from .resources import Registry
 from .selectors import label_selector_matches
-from .store import Change, Obj, Store, now_rfc3339
+from .store import Store
+from .strategy import now_rfc3339
 
 
 def _terminating_or_done(pod: Obj) -> bool:

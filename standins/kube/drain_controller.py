@@ -1,7 +1,8 @@
 """A stand-in for machine-config-controller's drain controller.
 
-The real controller (see the reference notes) answers a Node annotation
-`machineconfiguration.openshift.io/desiredDrain`:
+The real controller (pkg/controller/drain/drain_controller.go of
+openshift/machine-config-operator at 7ff337a4, the build the conformance tier runs) answers a
+Node annotation `machineconfiguration.openshift.io/desiredDrain`:
 
 * `drain-<cfg>`: cordon (`spec.unschedulable=true`), drain, then set
   `machineconfiguration.openshift.io/lastAppliedDrain=drain-<cfg>`;
@@ -22,12 +23,12 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from . import mcn_status
+from .changes import Change
 from .disruption import evict
 from .errors import ApiError
-from .store import Change
 
 if TYPE_CHECKING:
-    from .server import FakeKube
+    from .store_api import StoreApi
 
 DESIRED_DRAIN = "machineconfiguration.openshift.io/desiredDrain"
 LAST_APPLIED_DRAIN = "machineconfiguration.openshift.io/lastAppliedDrain"
@@ -42,7 +43,7 @@ def _annotation(obj: dict | None, key: str) -> str | None:
 class DrainController:
     def __init__(
         self,
-        kube: FakeKube,
+        kube: StoreApi,
         *,
         delay: float = 0.0,
         evict_pods: bool = False,

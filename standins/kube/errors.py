@@ -6,10 +6,24 @@ wording follows k8s.io/apimachinery/pkg/api/errors.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .resources import ResourceType
+
+class NamedResource(Protocol):
+    """What an error's wording reads of a resource type (resources.ResourceType). A protocol,
+    not an import: resources.py raises these errors, so it sits above this module."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def plural(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def qualified(self) -> str: ...
 
 
 def status_body(
@@ -49,7 +63,7 @@ class ApiError(Exception):
     # -- constructors mirroring apimachinery's errors.NewXxx --------------------------------
 
     @staticmethod
-    def _details(rt: ResourceType, name: str | None, **extra: Any) -> dict[str, Any]:
+    def _details(rt: NamedResource, name: str | None, **extra: Any) -> dict[str, Any]:
         d: dict[str, Any] = {}
         if name:
             d["name"] = name
@@ -60,21 +74,23 @@ class ApiError(Exception):
         return d
 
     @classmethod
-    def not_found(cls, rt: ResourceType, name: str) -> ApiError:
+    def not_found(cls, rt: NamedResource, name: str) -> ApiError:
         return cls(404, "NotFound", f'{rt.qualified} "{name}" not found', cls._details(rt, name))
 
     @classmethod
-    def not_found_resource(cls, message: str = "the server could not find the requested resource"):
+    def not_found_resource(
+        cls, message: str = "the server could not find the requested resource"
+    ) -> ApiError:
         return cls(404, "NotFound", message, {})
 
     @classmethod
-    def already_exists(cls, rt: ResourceType, name: str) -> ApiError:
+    def already_exists(cls, rt: NamedResource, name: str) -> ApiError:
         return cls(
             409, "AlreadyExists", f'{rt.qualified} "{name}" already exists', cls._details(rt, name)
         )
 
     @classmethod
-    def conflict(cls, rt: ResourceType, name: str) -> ApiError:
+    def conflict(cls, rt: NamedResource, name: str) -> ApiError:
         return cls(
             409,
             "Conflict",
@@ -88,7 +104,7 @@ class ApiError(Exception):
         return cls(400, "BadRequest", message)
 
     @classmethod
-    def invalid(cls, rt: ResourceType, name: str, message: str) -> ApiError:
+    def invalid(cls, rt: NamedResource, name: str, message: str) -> ApiError:
         return cls(
             422,
             "Invalid",

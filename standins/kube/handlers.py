@@ -5,20 +5,19 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
+from .admission import Admission
 from .auth import Attributes, Identity, authorize
 from .disruption import evict
 from .errors import UNAUTHORIZED, ApiError, status_body
 from .patch import MERGE_PATCH
-from .resources import ResourceType
+from .request_log import RequestRecord
+from .resources import Registry, ResourceType
 from .selectors import Selector
-from .watch import TRUTHY, serve_watch, wait_for_rv
-
-if TYPE_CHECKING:
-    from .server import FakeKube, RequestRecord
+from .watch import TRUTHY, Watched, serve_watch, wait_for_rv
 
 _UNAUTHENTICATED_PATHS = ("/healthz", "/livez", "/readyz", "/version")
 _WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
@@ -35,12 +34,29 @@ class Target:
     subresource: str | None
 
 
+class Served(Watched, Protocol):
+    """What the HTTP layer needs of the server it serves (FakeKube). A protocol, so that this
+    module never imports the server, which imports it to build its application."""
+
+    registry: Registry
+    admission: Admission
+    evicted_pods_vanish: bool
+    version_info: dict[str, str]
+    port: int
+
+    def record_request(self, request: web.Request) -> RequestRecord: ...
+
+    def check_faults(self, record: RequestRecord) -> None: ...
+
+    def identity_for_token(self, token: str) -> Identity | None: ...
+
+
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.json_response(body, status=status)
 
 
 class ApiHandler:
-    def __init__(self, kube: FakeKube) -> None:
+    def __init__(self, kube: Served) -> None:
         self.kube = kube
         self.registry = kube.registry
         self.store = kube.store
@@ -48,7 +64,7 @@ class ApiHandler:
     # -- entry point ------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        record = self.kube._record(request)
+        record = self.kube.record_request(request)
         try:
             resp = await self._handle(request, record)
         except ApiError as err:
@@ -85,14 +101,14 @@ class ApiHandler:
         record.namespace = target.namespace
         record.name = target.name
         self._authorize(identity, verb, target, request)
-        self.kube._check_faults(record)
+        self.kube.check_faults(record)
         return await self._dispatch(request, record, identity, verb, target)
 
     def _authenticate(self, request: web.Request) -> Identity | None:
         header = request.headers.get("Authorization", "")
         if not header.lower().startswith("bearer "):
             return None
-        return self.kube._identity_for_token(header[7:].strip())
+        return self.kube.identity_for_token(header[7:].strip())
 
     # -- URL parsing ------------------------------------------------------------------------
 
@@ -445,7 +461,7 @@ class ApiHandler:
         return None
 
 
-def build_app(kube: FakeKube) -> web.Application:
+def build_app(kube: Served) -> web.Application:
     handler = ApiHandler(kube)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", handler.handle)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ApiError
 
 if TYPE_CHECKING:
-    from .server import FakeKube
+    from .store_api import StoreApi
 
 P = "machineconfiguration.openshift.io/"
 NOT_YET_SET = "NotYetSet"
@@ -130,7 +130,7 @@ def applied(mcn: dict[str, Any], node: dict[str, Any], phase: Phase) -> dict[str
             "observedGeneration": generation + 1}  # fmt: skip
 
 
-def apply(kube: FakeKube, node: dict[str, Any], phase: Phase) -> bool:
+def apply(kube: StoreApi, node: dict[str, Any], phase: Phase) -> bool:
     """Write the phase onto the Node's MachineConfigNode; whether anything was written."""
     name = node["metadata"]["name"]
     mcn = kube.try_get("machineconfignodes", name)

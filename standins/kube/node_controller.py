@@ -27,7 +27,7 @@ from .errors import ApiError
 from .reconciler import Reconciler
 
 if TYPE_CHECKING:
-    from .server import FakeKube
+    from .store_api import StoreApi
 
 WATCHED = frozenset({"nodes", "machineconfigpools", "machineconfignodes"})
 
@@ -37,7 +37,7 @@ class NodeController(Reconciler):
 
     def __init__(
         self,
-        kube: FakeKube,
+        kube: StoreApi,
         *,
         delay: float = 0.0,
         listing: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,

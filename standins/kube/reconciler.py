@@ -9,16 +9,16 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from .store import Change
+from .changes import Change
 
 if TYPE_CHECKING:
-    from .server import FakeKube
+    from .store_api import StoreApi
 
 
 class Reconciler:
     watched: frozenset[str] = frozenset()  # resource plurals whose writes wake a sync
 
-    def __init__(self, kube: FakeKube, *, delay: float = 0.0) -> None:
+    def __init__(self, kube: StoreApi, *, delay: float = 0.0) -> None:
         self.kube = kube
         self.delay = delay  # seconds between a wake and the sync (the real ones batch events)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -42,7 +42,7 @@ from .reconciler import Reconciler
 from .selectors import label_selector_matches
 
 if TYPE_CHECKING:
-    from .server import FakeKube
+    from .store_api import StoreApi
 
 Obj = dict[str, Any]
 MC_API = "machineconfiguration.openshift.io/v1"
@@ -149,7 +149,7 @@ def selected_configs(pool: Obj, configs: list[Obj]) -> list[Obj]:
 class RenderController(Reconciler):
     watched = WATCHED
 
-    def __init__(self, kube: FakeKube, *, delay: float = 0.0) -> None:
+    def __init__(self, kube: StoreApi, *, delay: float = 0.0) -> None:
         super().__init__(kube, delay=delay)
         self.rendered: list[str] = []  # names created, in order
 

@@ -1,13 +1,15 @@
-"""`FakeKube`: lifecycle, identities, in-process store API and test controls."""
+"""`FakeKube`: the in-process store API served over HTTP, with its lifecycle and test controls.
+
+The store API is store_api.py's `StoreApi`, which `FakeKube` extends with identities, the
+request log and injected faults; the HTTP layer is handlers.py, which serves anything of its
+`Served` protocol, so that neither module imports this one."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,73 +18,20 @@ from aiohttp import web
 
 from .admission import Admission
 from .auth import Identity, RuleLike
+from .changes import EndWatch
 from .disruption import DisruptionStatusController
+from .drain_controller import DrainController
 from .errors import ApiError, status_body
-from .patch import MERGE_PATCH
+from .handlers import build_app
+from .request_log import Fault, RequestRecord
 from .resources import DEFAULT_RESOURCES, Registry, ResourceType
-from .selectors import Selector
-from .store import Change, Obj, Store
-from .watch import EndWatch
+from .store import Store
+from .store_api import StoreApi
 
 if TYPE_CHECKING:
     from agent.cluster.kubeclient import Configuration
 
-    from .drain_controller import DrainController
-
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "openshift-machine-config-operator")
-
-
-@dataclass
-class RequestRecord:
-    """One HTTP request as seen by the server (status is filled in when known; for a watch,
-    when the stream opens)."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    user: str | None = None
-    status: int | None = None
-    verb: str | None = None  # Kubernetes verb: get, list, watch, create, update, patch, delete
-    resource: str | None = None  # plural, e.g. "nodes"
-    subresource: str | None = None
-    namespace: str | None = None
-    name: str | None = None
-    time: float = field(default_factory=time.time)
-    # The raw body of a write (POST, PUT, PATCH, DELETE; b"" when it had none), as received:
-    # a write that changed nothing leaves no trace in the store, only here.
-    body: bytes | None = None
-
-    def json(self) -> Any:
-        """The body decoded as JSON; None for a read, an empty body or one that is not JSON."""
-        if not self.body:
-            return None
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            return None
-
-
-@dataclass
-class _Fault:
-    code: int
-    reason: str
-    message: str
-    verb: str | None
-    resource: str | None
-    subresource: str | None
-    name: str | None
-    user: str | None
-    remaining: int
-
-    def matches(self, r: RequestRecord) -> bool:
-        return (
-            self.remaining != 0
-            and self.verb in (None, r.verb)
-            and self.resource in (None, r.resource)
-            and self.subresource in (None, r.subresource)
-            and self.name in (None, r.name)
-            and self.user in (None, r.user)
-        )
 
 
 _DEFAULT_WATCH_ERRORS = {
@@ -92,7 +41,7 @@ _DEFAULT_WATCH_ERRORS = {
 }
 
 
-class FakeKube:
+class FakeKube(StoreApi):
     """A loopback kube-apiserver. See the package docstring for the tour."""
 
     def __init__(
@@ -111,12 +60,16 @@ class FakeKube:
         namespaces: Iterable[str] = DEFAULT_NAMESPACES,
         admission_policy_delay: float = 0.0,
     ) -> None:
+        super().__init__(
+            Registry([*DEFAULT_RESOURCES, *extra_resources]),
+            Store(history_size),
+            evicted_pods_vanish=evicted_pods_vanish,
+        )
         self.host = host
         self.port = port
         self.bookmark_interval = bookmark_interval
         self.default_watch_timeout = default_watch_timeout
         self.too_large_rv_wait = too_large_rv_wait
-        self.evicted_pods_vanish = evicted_pods_vanish
         self.version_info = {
             "major": "1",
             "minor": "32",
@@ -128,8 +81,6 @@ class FakeKube:
             "compiler": "gc",
             "platform": "linux/amd64",
         }
-        self.registry = Registry([*DEFAULT_RESOURCES, *extra_resources])
-        self.store = Store(history_size)
         # Before any write: the policy plugin must see every policy and binding.
         self.admission = Admission(self.store, self.registry, admission_policy_delay)
         self.admin = Identity.admin()
@@ -137,9 +88,8 @@ class FakeKube:
         for ident in (self.admin, *identities):
             self.add_identity(ident)
         self._log: list[RequestRecord] = []
-        self._faults: list[_Fault] = []
+        self._faults: list[Fault] = []
         self._runner: web.AppRunner | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.drain_controller: DrainController | None = None
         if pdb_status_controller:
@@ -157,15 +107,8 @@ class FakeKube:
     def running(self) -> bool:
         return self._runner is not None
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The loop serving HTTP (for `asyncio.run_coroutine_threadsafe` from other threads)."""
-        return self._loop
-
     async def start(self) -> FakeKube:
         """Listen on `port` (a free one the first time if 0; the same one after `stop()`)."""
-        from .handlers import build_app
-
         if self._runner is not None:
             return self
         runner = web.AppRunner(build_app(self), shutdown_timeout=2.0, access_log=None)
@@ -261,7 +204,8 @@ class FakeKube:
             Identity.service_account(namespace, name, rules, node=node, extra=extra)
         )
 
-    def _identity_for_token(self, token: str) -> Identity | None:
+    def identity_for_token(self, token: str) -> Identity | None:
+        """The identity a bearer token authenticates (for the HTTP layer); None if unknown."""
         return self._identities.get(token)
 
     def _identity(self, who: Identity | str | None) -> Identity:
@@ -306,125 +250,6 @@ class FakeKube:
         cfg.api_key_prefix = {"BearerToken": "Bearer"}
         return cfg
 
-    # -- in-process store API ---------------------------------------------------------------
-
-    def resource(self, kind: str | ResourceType, api_version: str | None = None) -> ResourceType:
-        return self.registry.resolve(kind, api_version)
-
-    def put(self, obj: Obj) -> Obj:
-        """Create or replace `obj` (dict with apiVersion/kind/metadata), status included.
-        A missing namespace is created. Returns the stored object."""
-        rt = self.resource(obj["kind"], obj.get("apiVersion"))
-        meta = obj.get("metadata") or {}
-        ns = meta.get("namespace") if rt.namespaced else None
-        if rt.namespaced:
-            ns = ns or "default"
-            ns_rt = self.resource("namespaces")
-            if self.store.try_get(ns_rt, ns) is None:
-                self.store.create(ns_rt, {"metadata": {"name": ns}})
-        body = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
-        with self.store.lock:
-            if self.store.try_get(rt, meta.get("name", ""), ns) is None:
-                return self.store.create(rt, body, ns, keep_status=True)
-            self.store.update(rt, body, ns)
-            if "status" in rt.subresources:
-                self.store.update(rt, body, ns, subresource="status")
-            return self.store.get(rt, meta["name"], ns)
-
-    def get(self, kind: str, name: str, namespace: str | None = None) -> Obj:
-        """Raises ApiError(404) when missing; see `try_get`."""
-        return self.store.get(self.resource(kind), name, namespace)
-
-    def try_get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
-        return self.store.try_get(self.resource(kind), name, namespace)
-
-    def list(
-        self,
-        kind: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[Obj]:
-        rt = self.resource(kind)
-        return self.store.list(rt, namespace, Selector.parse(rt, label_selector, field_selector))[0]
-
-    def patch(
-        self,
-        kind: str,
-        name: str,
-        patch: Any,
-        *,
-        namespace: str | None = None,
-        patch_type: str = MERGE_PATCH,
-        subresource: str | None = None,
-    ) -> Obj:
-        """`patch_type`: a media type or "merge" / "strategic" / "json"."""
-        rt = self.resource(kind)
-        return self.store.patch(rt, name, patch, patch_type, namespace, subresource=subresource)
-
-    def patch_annotations(
-        self, kind: str, name: str, annotations: dict[str, str | None], namespace: str | None = None
-    ) -> Obj:
-        """Set annotations (None removes one) with a merge patch."""
-        return self.patch(
-            kind, name, {"metadata": {"annotations": annotations}}, namespace=namespace
-        )
-
-    def patch_labels(
-        self, kind: str, name: str, labels: dict[str, str | None], namespace: str | None = None
-    ) -> Obj:
-        return self.patch(kind, name, {"metadata": {"labels": labels}}, namespace=namespace)
-
-    def patch_status(
-        self, kind: str, name: str, status: dict[str, Any], namespace: str | None = None
-    ) -> Obj:
-        """Merge-patch .status (through the status subresource when the type has one)."""
-        rt = self.resource(kind)
-        sub = "status" if "status" in rt.subresources else None
-        return self.store.patch(
-            rt, name, {"status": status}, MERGE_PATCH, namespace, subresource=sub
-        )
-
-    def mutate(
-        self,
-        kind: str,
-        name: str,
-        fn: Callable[[Obj], Obj | None],
-        namespace: str | None = None,
-        subresource: str | None = None,
-    ) -> Obj:
-        """Read-modify-write; `fn` edits the object in place or returns a replacement."""
-        return self.store.mutate(self.resource(kind), name, fn, namespace, subresource=subresource)
-
-    def delete(self, kind: str, name: str, namespace: str | None = None) -> Obj:
-        """Delete immediately (a force delete; finalizers still hold the object)."""
-        return self.store.delete(self.resource(kind), name, namespace, immediate=True)[0]
-
-    async def wait_for(
-        self,
-        kind: str,
-        name: str,
-        predicate: Callable[[Obj | None], bool],
-        namespace: str | None = None,
-        timeout: float = 5.0,
-    ) -> Obj | None:
-        """Poll until `predicate(obj or None)` holds; raises TimeoutError."""
-        deadline = time.monotonic() + timeout
-        while True:
-            obj = self.try_get(kind, name, namespace)
-            if predicate(obj):
-                return obj
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{kind} {name}: condition not met within {timeout}s: {obj}")
-            await asyncio.sleep(0.02)
-
-    def add_hook(self, fn: Callable[[Change], None]) -> None:
-        """`fn(change)` runs (in the writer's thread) after every committed write."""
-        self.store.add_hook(fn)
-
-    def remove_hook(self, fn: Callable[[Change], None]) -> None:
-        self.store.remove_hook(fn)
-
     # -- test controls ----------------------------------------------------------------------
 
     def inject_watch_error(
@@ -435,8 +260,9 @@ class FakeKube:
         resource: str | None = None,
     ) -> int:
         """End open watches (optionally only those on `resource`) with an ERROR event carrying
-        a Status. Defaults per code: 504 Timeout/ResourceVersionTooLarge (what the reference
-        server did), 410 Expired. Returns how many watches were ended. Thread-safe."""
+        a Status. Defaults per code: 504 Timeout/ResourceVersionTooLarge (what a real
+        kube-apiserver v1.32 sent, on an etcd without RequestWatchProgress), 410 Expired.
+        Returns how many watches were ended. Thread-safe."""
         d_reason, d_message, cause = _DEFAULT_WATCH_ERRORS.get(code, ("InternalError", "", None))
         details = {"causes": [{"reason": cause, "message": d_message}]} if cause else None
         status = status_body(code, reason or d_reason, message or d_message, details)
@@ -490,7 +316,7 @@ class FakeKube:
         default_reason = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
                           504: "Timeout", 409: "Conflict"}.get(code, "InternalError")  # fmt: skip
         self._faults.append(
-            _Fault(
+            Fault(
                 code,
                 reason or default_reason,
                 message or f"injected fault ({code})",
@@ -506,13 +332,15 @@ class FakeKube:
     def clear_faults(self) -> None:
         self._faults.clear()
 
-    def _check_faults(self, record: RequestRecord) -> None:
+    def check_faults(self, record: RequestRecord) -> None:
+        """Raise the first injected fault that matches `record` (after authn/authz)."""
         for fault in self._faults:
             if fault.matches(record):
                 fault.remaining -= 1
                 raise ApiError(fault.code, fault.reason, fault.message)
 
-    def _record(self, request: web.Request) -> RequestRecord:
+    def record_request(self, request: web.Request) -> RequestRecord:
+        """Log a request as it arrives; the HTTP layer fills the record in as it learns more."""
         rec = RequestRecord(request.method, request.path, dict(request.query))
         self._log.append(rec)
         return rec
@@ -551,8 +379,6 @@ class FakeKube:
 
     def enable_drain_controller(self, delay: float = 0.0, **kwargs: Any) -> DrainController:
         """Start the simulated MCC drain controller (see drain_controller.DrainController)."""
-        from .drain_controller import DrainController
-
         if self.drain_controller is None:
             self.drain_controller = DrainController(self, delay=delay, **kwargs)
         self.drain_controller.delay = delay

@@ -1,30 +1,26 @@
 """In-memory object store with etcd-like resource versions, watch history and hooks.
 
 All public methods are synchronous and guarded by one re-entrant lock, so tests may call them
-from the server's event loop or from another thread. Watchers live on an event loop; changes are
-handed to them with `call_soon_threadsafe`, which keeps per-watcher ordering.
+from the server's event loop or from another thread. Watchers (changes.py) live on an event
+loop; what a create or an update may set is the registry's strategy (strategy.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import secrets
-import string
 import threading
-import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from .changes import Change, Obj, Watcher
 from .errors import ApiError
 from .patch import apply_patch
 from .resources import ResourceType
 from .selectors import Selector
+from .strategy import check_preconditions, now_rfc3339, prepare_create, prepare_update
 
-Obj = dict[str, Any]
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
 # Admission of a write through the API (admission.py): called with the operation ("CREATE" or
 # "UPDATE"), the object as it would be stored and the stored one (None on CREATE), after the
@@ -33,79 +29,8 @@ Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scope
 Admit = Callable[[str, Obj, Obj | None], None]
 
 
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _key(rt: ResourceType, name: str, namespace: str | None) -> Key:
     return (rt.group, rt.plural, (namespace or "") if rt.namespaced else "", name)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One committed write: what watchers and hooks see."""
-
-    type: str  # ADDED, MODIFIED or DELETED
-    rt: ResourceType
-    obj: Obj  # new state; for DELETED the last state, carrying the deletion's resourceVersion
-    old: Obj | None
-    rv: int
-
-
-class Watcher:
-    """A registered watch. Events and a progress marker arrive on `queue` in commit order."""
-
-    def __init__(
-        self,
-        rt: ResourceType,
-        namespace: str | None,
-        selector: Selector,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.rt = rt
-        self.namespace = namespace
-        self.selector = selector
-        self.loop = loop
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        # Highest RV whose change (matching or not) has been queued; bookmarks may only report
-        # an RV once every event up to it is in the queue, so it is advanced on the loop.
-        self.progress_rv = 0
-
-    def translate(self, ch: Change) -> tuple[str, Obj] | None:
-        """Map a store change to the event this watch must see, as the watch cache does:
-        an object that starts matching the selector is ADDED, one that stops is DELETED."""
-        if (ch.rt.group, ch.rt.plural) != (self.rt.group, self.rt.plural):
-            return None
-        if self.namespace and ch.obj["metadata"].get("namespace") != self.namespace:
-            return None
-        now = self.selector.matches(ch.obj)
-        if ch.type != "MODIFIED":
-            return (ch.type, ch.obj) if now else None
-        before = ch.old is not None and self.selector.matches(ch.old)
-        if now:
-            return ("MODIFIED" if before else "ADDED", ch.obj)
-        if before and ch.old is not None:
-            gone = copy.deepcopy(ch.old)
-            gone["metadata"]["resourceVersion"] = str(ch.rv)
-            return ("DELETED", gone)
-        return None
-
-    def deliver(self, event: Any, rv: int) -> None:
-        """Runs on the watcher's loop."""
-        if event is not None:
-            self.queue.put_nowait(event)
-        self.progress_rv = max(self.progress_rv, rv)
-
-    def notify(self, event: Any, rv: int = 0) -> bool:
-        try:
-            self.loop.call_soon_threadsafe(self.deliver, event, rv)
-        except RuntimeError:  # loop closed: the watch is gone
-            return False
-        return True
-
-
-def _without_status_meta(obj: Obj) -> Obj:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
 class Store:
@@ -205,37 +130,9 @@ class Store:
         keep_status: bool = False,
         admit: Admit | None = None,
     ) -> Obj:
-        obj = copy.deepcopy(obj)
-        obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
-        meta = obj.setdefault("metadata", {})
-        if not meta.get("name") and meta.get("generateName"):
-            suffix = "".join(
-                secrets.choice(string.ascii_lowercase + string.digits) for _ in "12345"
-            )
-            meta["name"] = meta["generateName"] + suffix
-        name = meta.get("name")
-        if not name:
-            raise ApiError.invalid(
-                rt, "", "metadata.name: Required value: name or generateName is required"
-            )
-        if rt.namespaced:
-            meta["namespace"] = namespace or meta.get("namespace") or "default"
-        else:
-            meta.pop("namespace", None)
-        for system_field in ("deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
-            meta.pop(system_field, None)
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = now_rfc3339()
-        if rt.track_generation:
-            meta["generation"] = 1
-        # As the real strategies do: create cannot set status through a status subresource
-        # (nodes excepted); in-process setup (`keep_status`) may.
-        if not keep_status and "status" in rt.subresources and rt.plural != "nodes":
-            obj.pop("status", None)
-        if rt.plural == "pods":
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
-        elif rt.plural == "namespaces":
-            obj.setdefault("status", {}).setdefault("phase", "Active")
+        obj = prepare_create(rt, obj, namespace, keep_status=keep_status)
+        meta = obj["metadata"]
+        name = meta["name"]
         if admit is not None:  # before the AlreadyExists check, as the real registry orders it
             admit("CREATE", obj, None)
         with self.lock:
@@ -248,45 +145,6 @@ class Store:
             change = self._commit("ADDED", rt, key, obj, None)
         self._run_hooks([change])
         return copy.deepcopy(change.obj)
-
-    def _prepare_update(self, rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> Obj:
-        """Apply the strategy rules of the real registry to a full replacement object."""
-        new = copy.deepcopy(new)
-        if subresource == "status":
-            if rt.custom:
-                # CR status writes change nothing but .status.
-                merged = copy.deepcopy(old)
-                if "status" in new:
-                    merged["status"] = new["status"]
-                else:
-                    merged.pop("status", None)
-                new = merged
-            elif "spec" in old:
-                new["spec"] = copy.deepcopy(old["spec"])
-            else:
-                new.pop("spec", None)
-        elif "status" in rt.subresources:
-            # The main resource ignores status changes when a status subresource exists.
-            if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
-            else:
-                new.pop("status", None)
-        new["kind"], new["apiVersion"] = rt.kind, rt.api_version
-        meta = new.get("metadata")
-        if not isinstance(meta, dict):
-            meta = new["metadata"] = {}
-        old_meta = old["metadata"]
-        for system_field in (
-            "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-            "generation", "name", "namespace", "resourceVersion",
-        ):  # fmt: skip
-            if system_field in old_meta:
-                meta[system_field] = old_meta[system_field]
-            else:
-                meta.pop(system_field, None)
-        if rt.track_generation and _without_status_meta(old) != _without_status_meta(new):
-            meta["generation"] = int(old_meta.get("generation", 1)) + 1
-        return new
 
     def _write(
         self,
@@ -304,7 +162,7 @@ class Store:
         with self.lock:
             key, current = self._existing(rt, name, namespace)
             desired = build(copy.deepcopy(current))
-            result = self._prepare_update(rt, current, desired, subresource)
+            result = prepare_update(rt, current, desired, subresource)
             if admit is not None:  # a no-op update is admitted (or refused) all the same
                 admit("UPDATE", result, copy.deepcopy(current))
             if result == current or dry_run:
@@ -321,22 +179,6 @@ class Store:
                 changes.append(self._commit("DELETED", rt, key, copy.deepcopy(result), result))
             return copy.deepcopy(changes[-1].obj), changes
 
-    @staticmethod
-    def _check_preconditions(rt: ResourceType, current: Obj, body_meta: dict[str, Any]) -> None:
-        name = current["metadata"]["name"]
-        rv = body_meta.get("resourceVersion")
-        if rv and rv != current["metadata"]["resourceVersion"]:
-            raise ApiError.conflict(rt, name)
-        uid = body_meta.get("uid")
-        if uid and uid != current["metadata"]["uid"]:
-            raise ApiError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {rt.qualified} "{name}": Precondition failed: '
-                f"UID in precondition: {uid}, UID in object meta: {current['metadata']['uid']}",
-                {"name": name, "kind": rt.plural},
-            )
-
     def update(
         self,
         rt: ResourceType,
@@ -352,7 +194,7 @@ class Store:
         name = obj.get("metadata", {}).get("name", "")
 
         def build(current: Obj) -> Obj:
-            self._check_preconditions(rt, current, obj.get("metadata") or {})
+            check_preconditions(rt, current, obj.get("metadata") or {})
             return obj
 
         with self.lock:
@@ -390,7 +232,7 @@ class Store:
             meta = patched.get("metadata") or {}
             if meta.get("name", name) != name:
                 raise ApiError.bad_request("metadata.name: Invalid value: field is immutable")
-            self._check_preconditions(rt, current, meta)
+            check_preconditions(rt, current, meta)
             return patched
 
         result, changes = self._write(
@@ -433,7 +275,7 @@ class Store:
         confirm) only mark deletionTimestamp. Returns (last state, gone)."""
         with self.lock:
             key, current = self._existing(rt, name, namespace)
-            self._check_preconditions(rt, current, preconditions or {})
+            check_preconditions(rt, current, preconditions or {})
             if dry_run:
                 return copy.deepcopy(current), True
             meta = current["metadata"]

@@ -5,26 +5,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
+from .changes import EndWatch
 from .errors import ApiError
+from .request_log import RequestRecord
 from .resources import ResourceType
 from .selectors import Selector
-
-if TYPE_CHECKING:
-    from .server import FakeKube, RequestRecord
+from .store import Store
 
 TRUTHY = ("1", "true", "True")
 
 
-@dataclass(frozen=True)
-class EndWatch:
-    """Queued to a watcher to end its stream, optionally with an ERROR event first."""
+class Watched(Protocol):
+    """What a watch reads of the server that serves it (FakeKube): its store and its watch
+    settings. A protocol, so that this module never imports the server, which imports it."""
 
-    status: dict[str, Any] | None = None
+    store: Store
+    bookmark_interval: float
+    default_watch_timeout: float | None
+    too_large_rv_wait: float
 
 
 def _line(event_type: str, obj: dict[str, Any]) -> bytes:
@@ -38,7 +40,7 @@ def _bookmark(rt: ResourceType, rv: int, initial_end: bool = False) -> dict[str,
     return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
 
 
-async def wait_for_rv(kube: FakeKube, rv: int) -> None:
+async def wait_for_rv(kube: Watched, rv: int) -> None:
     """A too-new RV: the real watch cache waits ~3 s to catch up, then gives 504."""
     deadline = asyncio.get_running_loop().time() + kube.too_large_rv_wait
     while kube.store.resource_version < rv:
@@ -61,7 +63,7 @@ async def wait_for_rv(kube: FakeKube, rv: int) -> None:
 
 
 async def serve_watch(
-    kube: FakeKube,
+    kube: Watched,
     request: web.Request,
     record: RequestRecord,
     rt: ResourceType,

@@ -1,7 +1,7 @@
-"""HyperShift's real in-place upgrader and drainer as a `HostedBackend` (tests/scenarios/
-hostedpool.py): the kit's `hypershift-inplace`, which `hcp-up` starts with the NodePool's
-objects and `hcp-target` drives, on one kit cluster. The HyperShift scenarios written against
-the stand-ins (`StandInHosted`) run on it unchanged.
+"""HyperShift's real in-place upgrader and drainer as a `HostedBackend`
+(tests/scenarios/hostedpool.py): the kit's `hypershift-inplace`, which `hcp-up` starts with the
+NodePool's objects and `hcp-target` drives, on one kit cluster. The HyperShift scenarios written
+against the stand-ins (`StandInHosted`) run on it unchanged.
 
 Not run in this workspace (no peer binaries): tests/conformance/peers.py looks up
 `hypershift-inplace` as it looks up the machine-config-controller, and a test marked

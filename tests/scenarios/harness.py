@@ -3,10 +3,11 @@ agent process and the waits are shared; each server (the project's fakekube, the
 kube-apiserver from the kit) supplies the few primitives below.
 
 Every config a scenario adds carries the canary secrets (tests/secrets_canary.py), and
-`run_checked` scans everything the agent emitted for them afterwards (DESIGN.md §4): its
-console and JSON logs (agent starts alternate between a pseudo-terminal and a file for stderr),
-every version of the Node, Events and MachineConfigNodes the harness saw, `/status` and
-`/metrics` scraped while it ran, and the host's journal.json, status.json and actions.log."""
+`run_checked` scans everything the agent emitted for them afterwards (no secret's contents
+may show in a log, an Event or a reason): its console and JSON logs (agent starts alternate
+between a pseudo-terminal and a file for stderr), every version of the Node, Events and
+MachineConfigNodes the harness saw, `/status` and `/metrics` scraped while it ran, and the
+host's journal.json, status.json and actions.log."""
 
 from __future__ import annotations
 
@@ -270,7 +271,7 @@ class Harness(abc.ABC):
         for reader in self._readers:
             await asyncio.to_thread(reader.join, 10)
 
-    # -- the canary check (DESIGN.md §4) ------------------------------------------------------
+    # -- the canary check: no secret in anything the agent emitted ----------------------------
     def saw(self, where: str, value: Any) -> None:
         if value is not None:
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)

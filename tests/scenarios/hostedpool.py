@@ -8,9 +8,9 @@ The control plane is a `HostedBackend`: the stand-ins of HyperShift's in-place u
 drainer on the project's loopback API server (`StandInHosted`, tests/scenarios/
 hypershift_standin.py), or the kit's real `hypershift-inplace` (tests/conformance/hypershift.py).
 
-An admin watch over the pool's Nodes records every change with its time (pool.py's `Sample`),
-from which the checks are computed as the kit's `lib/inplace-watch.py check` computes them: the
-most Nodes selected at once (desiredConfig ≠ currentConfig, what the upgrader's capacity
+An admin watch over the pool's Nodes records every change with its time (pool.py's `Sample`), from
+which the checks are computed as the kit's `../shared/kit/lib/inplace-watch.py check` computes them:
+the most Nodes selected at once (desiredConfig ≠ currentConfig, what the upgrader's capacity
 counts), the most cordoned at once, reboots per Node."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ HYPERSHIFT_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "hypershift" 
 class StandInHosted(HostedBackend):
     """The loopback API server with the upgrader (one per NodePool) and drainer stand-ins.
     `rbac`: a manifest applied for each NodePool beside the kit's grant (HYPERSHIFT_RBAC:
-    what the operations guide has the operator apply; None: the kit's grant only, as hcp-up
+    what docs/install.md has the operator apply; None: the kit's grant only, as hcp-up
     makes it and the conformance tier runs). `listing`: the order the upgrader's cache lists
     the Machines in (hypershift_standin.InPlaceUpgrader)."""
 

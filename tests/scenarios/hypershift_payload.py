@@ -1,5 +1,5 @@
 """The payload of a HyperShift InPlace NodePool, built as HyperShift's ignition server builds it
-(reference ../shared/reference/hypershift-inplace.md §2 steps 2-4 and §4).
+(docs/mco-protocol.md §15, steps 2-4 and 14).
 
 The ignition server runs the machine-config-server's bootstrap and GETs `/config/master`: an
 Ignition config whose files are the rendered MachineConfig's own plus what the MCS appends
@@ -15,8 +15,10 @@ Ignition config whose files are the rendered MachineConfig's own plus what the M
 
 The token Secret's `payload`, copied unchanged into ConfigMap `<np>-upgrade` `data.config`, is
 the base64 text of the gzip of that Ignition JSON (`util.CompressAndEncode`: gzip best
-compression, standard base64; tokensecret_controller.go:335-355). Files are written as the
-kit's self-test writes them: URL-encoded `data:,` URLs, mode 0644, overwrite.
+compression, standard base64; HyperShift's
+ignition-server/controllers/tokensecret_controller.go:335-355 at
+3ee9615567acffaf3e3ee25c2ca2942d650565cf). Files are written as the kit's self-test writes
+them: URL-encoded `data:,` URLs, mode 0644, overwrite.
 
 The config-version hash is FNV-32a (`%08x`) of the Ignition bytes, a NUL and the release
 version, as the kit's `hcp-target` computes it (HyperShift hashes the config with the release

@@ -1,10 +1,12 @@
 """Stand-ins of HyperShift's InPlace controllers on the project's loopback API server
 (standins/kube), for the HyperShift scenarios and the benchmark when the kit's real
 `hypershift-inplace` is not there. They mirror the hosted-cluster-config-operator's
-`inplaceupgrader` and `drainer` as the reference cites them
-(../shared/reference/hypershift-inplace.md, "the reference" below, at openshift/hypershift
-3ee96155) and as the kit's README observed them against the real ones ("The contract, as
-observed", "the kit" below):
+`inplaceupgrader` and `drainer` at openshift/hypershift 3ee9615567acffaf3e3ee25c2ca2942d650565cf
+(`inplaceupgrader.go:N` and `drainer.go:N` below are lines of
+https://github.com/openshift/hypershift/tree/3ee9615567acffaf3e3ee25c2ca2942d650565cf/control-plane-operator/hostedclusterconfigoperator/controllers
+, in `inplaceupgrader/` and `drainer/`; the steps are those of docs/mco-protocol.md §15), and
+as the kit's README observed them against the real ones ("The contract, as observed", "the
+kit" below):
 
 * `HostedNodePool`: what the kit's `hcp-up` makes on the hosted side ("What hcp-up creates"):
   Nodes `NP-0..NP-(N-1)` (Ready, CAPI annotations, label `hypershift.openshift.io/nodePool`, no
@@ -14,14 +16,14 @@ observed", "the kit" below):
   server serves none and admits pods without one. With `rbac` (deploy/hypershift/rbac.yaml),
   the identities also get exactly what that file grants group system:nodes once NODEPOOL is
   replaced, as the loopback server's RBAC reads it (standins/kube/rbac.py): what an
-  operator following docs/operations.md adds to the kit's grant.
+  operator following docs/install.md adds to the kit's grant.
 * `InPlaceUpgrader`: keeps the management side (MachineSet, Machines, token Secrets) in memory
   and plays `hcp-target` (`set_target`); reconciles on every change of its Nodes, as the real
-  one does through nodeToMachineSet (inplaceupgrader.go, reference §2 steps 6-13). It takes
+  one does through nodeToMachineSet (inplaceupgrader.go, §15 steps 6-13). It takes
   the Machines in the order its cache lists them (`listing`; the real cache's is a Go map's,
   in no fixed order: the kit saw "selection order is the cache's, not the names'"); by default
   the Machines' order, NP-machine-0 first.
-* `Drainer`: answers `desiredDrain` on any Node (drainer.go:46-154, reference §2 step 16).
+* `Drainer`: answers `desiredDrain` on any Node (drainer.go:46-154, §15 step 16).
 
 Both write through the in-process store API (no identity, no admission), as the machine-config
 stand-ins of standins/kube do, and run on the caller's event loop; `start()` and
@@ -30,7 +32,7 @@ stand-ins of standins/kube do, and run on the caller's event loop; `start()` and
 
 Known upstream bug, mirrored on purpose: `getAvailableCandidates` returns
 `candidateNodes[:capacity]` with no bound by the number of candidates (inplaceupgrader.go:560-581,
-reference §6; reproduced on the kit, README "Upstream bug observed"). When the free capacity
+§15 step 12; reproduced on the kit, README "Upstream bug observed"). When the free capacity
 exceeds the capacity of Go's candidate slice (e.g. 3 Nodes, maxUnavailable 2, the first two
 done within one reconcile) the reconcile panics after the MachineSet says "Upgraded: 2" and
 before any Node is selected; controller-runtime recovers it and retries with backoff, so the
@@ -267,7 +269,7 @@ class Machine:
 
 @dataclass
 class TokenSecret:
-    """`token-<np>-<hash>` in the control-plane namespace (reference §3), values decoded."""
+    """`token-<np>-<hash>` in the control-plane namespace (§15 step 3), values decoded."""
 
     name: str
     data: dict[str, str]
@@ -289,7 +291,7 @@ Listing = Callable[[list[Machine]], list[Machine]]
 
 
 def needs_upgrade(node: dict[str, Any], target: str) -> bool:
-    """Not done with `target` (inplaceupgrader.go:708-724, reference §2 step 8)."""
+    """Not done with `target` (inplaceupgrader.go:708-724, §15 step 8)."""
     a = annotations(node)
     return (a.get(DESIRED_DRAIN, "") != a.get(LAST_APPLIED_DRAIN, "")
             or a.get(CURRENT_CONFIG, "") != target or a.get(STATE, "") != "Done")  # fmt: skip
@@ -297,7 +299,7 @@ def needs_upgrade(node: dict[str, Any], target: str) -> bool:
 
 def needs_pod(node: dict[str, Any]) -> bool:
     """Whether the Node gets an upgrade pod: not (current = desired, drain settled, Done)
-    (inplaceupgrader.go:316-373, reference §2 step 13)."""
+    (inplaceupgrader.go:316-373, §15 step 13)."""
     a = annotations(node)
     settled = (a.get(CURRENT_CONFIG, "") == a.get(DESIRED, "")
                and a.get(DESIRED_DRAIN, "") == a.get(LAST_APPLIED_DRAIN, "")
@@ -306,7 +308,7 @@ def needs_pod(node: dict[str, Any]) -> bool:
 
 
 def capacity(nodes: list[dict[str, Any]], max_unavailable: int) -> int:
-    """maxUnavailable minus the Nodes with currentConfig ≠ desiredConfig (reference §2 step 12;
+    """maxUnavailable minus the Nodes with currentConfig ≠ desiredConfig (§15 step 12;
     only the annotations count: no readiness, no cordon)."""
     busy = sum(1 for n in nodes if _updating(n))
     return max_unavailable - busy
@@ -350,7 +352,7 @@ def available_candidates(nodes: list[dict[str, Any]], target: str,
 
 def already_unavailable(nodes: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
     """Nodes in flight to an older target: they are re-aimed at the new one (the daemon jumps
-    to the latest ConfigMap; reference §2 step 12)."""
+    to the latest ConfigMap; §15 step 12)."""
     return [n for n in nodes if _updating(n) and annotations(n).get(DESIRED, "") != target]
 
 
@@ -638,7 +640,7 @@ class InPlaceUpgrader:
             self.kube.delete("pods", daemon_pod_name(node), self.pool.upgrade_namespace)
 
     def _pod(self, node: str) -> dict[str, Any]:
-        """createUpgradePod (inplaceupgrader.go:399-470, reference §2 step 13). No scheduler
+        """createUpgradePod (inplaceupgrader.go:399-470, §15 step 13). No scheduler
         and no kubelet here: it stays Pending with no spec.nodeName, as on the kit."""
         mounts = [{"name": "rootfs", "mountPath": "/rootfs"},
                   {"name": "desired-config-mount",
@@ -674,7 +676,7 @@ class DrainError(Exception):
 
 
 class Drainer:
-    """HyperShift's `drainer` (drainer.go:46-154, setup.go:29-34; reference §2 step 16): on any
+    """HyperShift's `drainer` (drainer.go:46-154, setup.go:29-34; §15 step 16): on any
     Node whose `desiredDrain` ≠ `lastAppliedDrain`, the word before the first `-`: `drain`
     cordons (spec.unschedulable=true) and evicts the pods bound to the Node (kubectl's drain
     helper: DaemonSet and mirror pods and `machine-config-daemon-<node>` skipped, a 429 retried
@@ -683,7 +685,7 @@ class Drainer:
     reads the Node again). Each Node has its own worker (MaxConcurrentReconciles 10 there).
 
     `delay` before each pass (the real one answered in 10-30 ms). A failed pass is retried
-    after `retry_period` (the reference: every minute). By controller-runtime's
+    after `retry_period` (drainer.go: every minute). By controller-runtime's
     reconcileHandler, an error makes it ignore the returned RequeueAfter and back off from
     5 ms instead; each attempt lasts up to the helper's 90 s timeout when a PDB blocks, so the
     minute is the order of magnitude either way."""

@@ -4,7 +4,7 @@ that runs on both API servers (tests/scenarios/cluster.py), the first start afte
 (tests/test_provisioned_first_start.py) and the pool scenarios' hosts on either controller
 (tests/scenarios/pool.py).
 
-What the MCD leaves (reference/mco-daemon.md §5.1-5.2, §6.2; MCO daemon.go
+What the MCD leaves (docs/mco-protocol.md §8-9; MCO daemon.go
 `storeCurrentConfigOnDisk`, update.go `updateSSHKeys`): `/etc/machine-config-daemon/currentconfig`
 (its json.Marshal of the rendered config, 0644), `currentimage` (empty when not layered), the
 machine-config-server's `node-annotations.json` renamed `node-annotation.json.bak` after the
@@ -17,9 +17,10 @@ the server appends, pkg/server/cluster_server.go `GetConfig` and server.go at
 https://github.com/openshift/machine-config-operator/tree/7ff337a4ffac8e7562692181178ede61e4b2eec5/pkg/server),
 laid out as Ignition's files stage does (`lay_ignition`), then the first boot's
 machine-config-daemon-firstboot.service on a host already booted on the config's osImageURL
-(nothing to update: it removes the encapsulated config, §5.1). The units a config enables
-without giving their contents come from the OS image: a host's images must ship them
-(`image_units`, `OS_UNITS`), or provisioning fails here as `systemctl enable` would."""
+(nothing to update: it removes the encapsulated config, pkg/daemon/daemon.go:1279-1286 at the commit
+above). The units a config enables without giving their contents come from the OS image: a host's
+images must ship them (`image_units`, `OS_UNITS`), or provisioning fails here as `systemctl enable`
+would."""
 
 from __future__ import annotations
 

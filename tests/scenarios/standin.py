@@ -1,10 +1,10 @@
-"""A pool backend with no peer binaries: the project's loopback API server (standins/kube)
-with the stand-ins of the machine-config-controller's render, node and drain controllers, set up
-as the kit's `mcc-up` sets up the real one (its objects as lib/gen-objects.py writes them: the
+"""A pool backend with no peer binaries: the project's loopback API server (standins/kube) with the
+stand-ins of the machine-config-controller's render, node and drain controllers, set up as the kit's
+`mcc-up` sets up the real one (its objects as ../shared/kit/lib/gen-objects.py writes them: the
 master and worker pools, the ControllerConfig, Nodes worker-0..N-1 Ready with a kubelet's
 annotation, one kubeconfig per Node identity), with the ControllerConfig the real controller
-rendered from and the worker configuration it rendered (tests/fixtures/mcc-rendered/) in place
-of its template controller's output. The pool scenarios and bench/rollout.py run on it when no
+rendered from and the worker configuration it rendered (tests/fixtures/mcc-rendered/) in place of
+its template controller's output. The pool scenarios and bench/rollout.py run on it when no
 machine-config-controller was supplied."""
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def base_config(role: str) -> dict:
     (MCC_RENDERED_WORKER: every template's files and units, merged), so the stand-in's render
     of the pool is what a real cluster serves and the hosts are laid out from it; for the
     masters (no scenario runs one), an empty config of the templates' Ignition version.
-    Injected here rather than embedded in the render stand-in: render_controller.py says why."""
+    Injected here rather than embedded in the render stand-in:
+    standins/kube/render_controller.py says why."""
     config: dict = {"ignition": {"version": "3.5.0"}}
     if role == "worker":
         config = json.loads(MCC_RENDERED_WORKER.read_text())["spec"]["config"]

@@ -326,9 +326,9 @@ def _set_password_hash(m: Machine, user: str, password_hash: str) -> None:
 
 
 def prepare_mcd_node(w: World, m: Machine, rendered: dict[str, Any]) -> None:
-    """The machine as the MCD leaves a node after applying `rendered` (tests/scenarios/
-    mcd_node.py): its on-disk config, the first boot's annotations file, core's key, the pull
-    secret, the password hash."""
+    """The machine as the MCD leaves a node after applying `rendered`
+    (tests/scenarios/mcd_node.py): its on-disk config, the first boot's annotations file, core's
+    key, the pull secret, the password hash."""
     assert w.auth_registry is not None
     name = rendered["metadata"]["name"]
     _write_owned(m, CURRENT_CONFIG_PATH, on_disk_config(rendered), 0o644)
@@ -477,7 +477,7 @@ def mcd_takeover(w: World, m: Machine) -> None:
            f"the agent restarted: {process} -> {agent_process(m)}")  # fmt: skip
     events = drift_events()
     expect(len(events) == 1, f"{len(events)} ConfigDriftDetected Events for one finding")
-    # DESIGN.md §4 on the cluster side too: the Node, Events and MachineConfigNodes.
+    # No secret on the cluster side either: the Node, Events and MachineConfigNodes.
     emitted = [("Node", json.dumps(kube.get("Node", node)))]
     emitted += [(f"Event {e['reason']}", json.dumps(e)) for e in kube.list("events")]
     emitted += [("MachineConfigNode", json.dumps(o)) for o in kube.list("machineconfignodes")]

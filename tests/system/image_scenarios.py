@@ -138,8 +138,8 @@ def bootc_layer(w: World, m: Machine) -> None:
            f"image: {VERIFY_UNIT} not required by boot-complete.target")  # fmt: skip
     link = os.readlink(image / "usr/bin/image-mode-agent")
     expect("lib/image-mode-agent/bin/" in link, f"/usr/bin/image-mode-agent → {link}")
-    guide = image / "usr/share/doc/image-mode-agent/operations.md"
-    expect(guide.is_file(), "image: no /usr/share/doc/image-mode-agent/operations.md")
+    guide = image / "usr/share/doc/image-mode-agent" / Path("docs/operate.md").name
+    expect(guide.is_file(), "image: no /usr/share/doc/image-mode-agent/operate.md")
 
     v1 = w.images["v1"]
     w.boot_into(m, v1)
@@ -158,7 +158,7 @@ def bootc_layer(w: World, m: Machine) -> None:
            f"the verifier finished after boot-complete.target: {verify} {target}")  # fmt: skip
     m.sh(f"systemctl is-active {AGENT_UNIT}")
     docs = m.sh(f"systemctl show -p Documentation --value {AGENT_UNIT}").stdout
-    expect("file:/usr/share/doc/image-mode-agent/operations.md" in docs, f"Documentation={docs}")
+    expect("file:/usr/share/doc/image-mode-agent/operate.md" in docs, f"Documentation={docs}")
     pid = m.sh(f"systemctl show -p MainPID --value {AGENT_UNIT}").stdout.strip()
     cmdline = m.sh(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
     expect("/usr/lib/image-mode-agent/bin/python" in cmdline, f"agent runs as {cmdline!r}")

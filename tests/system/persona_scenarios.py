@@ -33,7 +33,8 @@ CAPS_FEATURES = {
     "sigpolicy": "switch-sigpolicy",
     "image_pull": "internals-image-pull",
 }
-# A flag line that clap refuses before `--help` where the release lacks the flag (ref:59).
+# A flag line that clap refuses before `--help` where the release lacks the flag
+# (docs/bootc-releases.md §12).
 FLAG_PROBES = (
     ("switch", "--download-only", "switch-download-only"),
     ("switch", "--from-downloaded", "switch-from-downloaded"),
@@ -183,8 +184,8 @@ def platform_personas(w: World, m: Machine) -> None:
         rejected.returncode == 1 and "rejected" in rejected.stderr.lower(),
         f"a signed pull of an unsigned image under `reject` passed: {rejected}",
     )
-    # An image already stored is not verified again (ref:125-127): why the agent pre-pulls
-    # signed when the stage enforces, and prunes an unverified copy first.
+    # An image already stored is not verified again (docs/bootc-releases.md §7): why the agent
+    # pre-pulls signed when the stage enforces, and prunes an unverified copy first.
     expect(
         present.returncode == 0 and not fetches(m)[-1]["registry"],
         f"a signed pull of a stored image went to the registry: {present}",

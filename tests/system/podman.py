@@ -1,7 +1,7 @@
 """Podman with a private storage root and config under the system tier's cache.
 
 Nothing is shared with other users of the machine, and every call has a timeout. The config is
-the one environment.md §5 found to work here: vfs (no overlay-on-overlay), runc (crun refuses
+the one that works on the machines the tests run on: vfs (no overlay-on-overlay), runc (crun refuses
 this host's hybrid cgroups) and nofile/nproc limits of 1024 (root lacks CAP_SYS_RESOURCE, so
 podman's default raise of RLIMIT_NOFILE fails)."""
 

@@ -1,5 +1,5 @@
-"""The secrets check of the system tier (DESIGN.md §4: contents of secrets never reach a log,
-an event or a reason). Every agent scenario's desired state carries the canary secrets of
+"""The secrets check of the system tier (no secret's contents may show in a log, an event or a
+reason). Every agent scenario's desired state carries the canary secrets of
 tests/secrets_canary.py (`World.set_desired`: the pull secret with the auth registry's real
 credentials, core's password hash); after the scenario, before its machine is destroyed,
 `check` collects everything the agent emitted and names every place a canary shows up:

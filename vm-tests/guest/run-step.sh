@@ -1,7 +1,7 @@
 #!/bin/sh
 # VM tier, guest side: run by harness-step.service on every boot (copied into the harness share
 # as /mnt/harness/run-step). Counts boots, reports to the serial console and the share, then
-# sources the scenario's step.sh, which decides on reboot or poweroff.
+# sources the scenario's /mnt/harness/step.sh, which decides on reboot or poweroff.
 # The boot number is the stand-in's count of boots (its unit records every boot early), not a
 # count of this script's runs: a boot the agent reboots before multi-user.target never runs it.
 n=$(wc -l < /var/lib/standin-bootc/boots.log)

@@ -4,7 +4,7 @@
 #
 #   build-disk.sh OUT PACKAGES_FILE REQUIREMENTS_FILE MIRROR V1_LAYOUT V1_DIGEST V1_NAME
 #
-# Recipe and gotchas: /work/shared/reference/real-ostree.md. A Debian 12 rootfs (mmdebstrap,
+# A Debian 12 rootfs (mmdebstrap,
 # dracut with ostree's module) made ostree-ready *after* mmdebstrap returns, committed as
 # `ima/base`; the test image v1 (an OCI layout on the host) imported on top of it by the guest
 # bootc's own import code and deployed as the first deployment, with v1 in its origin; syslinux

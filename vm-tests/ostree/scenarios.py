@@ -49,7 +49,7 @@ STALL_AFTER = 240
 class Scenario:
     name: str
     proves: str
-    step: str  # the guest's step.sh; placeholders below
+    step: str  # the guest's step script; placeholders below
     boots: int
     next_image: str | None = "v2"  # the desired state the step switches to (None: no agent)
     follow: bool = False  # standalone mode: follow testos:v2, reboots held by a closed window
@@ -410,7 +410,8 @@ def seed(world: World, share: Path, scenario: Scenario) -> None:
         "{CERT_V1}": CERT_V1.rstrip("\n"), "{CERT_V2}": CERT_V2.rstrip("\n"),
     }.items():  # fmt: skip
         step = step.replace(key, value)
-    (share / "step.sh").write_text(step)
+    # The share is the guest's /var/mnt/harness; guest/run-step.sh sources the step script there.
+    (share / Path("/var/mnt/harness/step.sh").name).write_text(step)
     shutil.copy(HERE / "guest/run-step.sh", share / "run-step")
 
 

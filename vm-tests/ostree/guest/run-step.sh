@@ -2,7 +2,7 @@
 # ostree VM tier, guest side: run by harness-step.service on every boot (copied into the share
 # as /var/mnt/harness/run-step). Reports this boot (its number from harness-boot.service, which
 # records every boot early, and the deployment ostree booted), then sources the scenario's
-# step.sh, which checks and ends with `finish`.
+# $H/step.sh, which checks and ends with `finish`.
 H=/var/mnt/harness
 n=$(wc -l < /var/lib/harness/boots.log)
 log() { echo "HARNESS boot=$n $*" > /dev/ttyS0; echo "boot=$n $*" >> $H/results.log; sync; }

@@ -264,11 +264,9 @@ def tmpfs_dir() -> Iterator[Path]:
 
 
 IMAGE_DIRS = ("sub", "gone", "perms", "linkdir", "conf.d")
-# The script's name is written in two parts only so that tests/test_references.py does not take
-# it for a path of the repository.
 IMAGE_FILES = {
     "motd": "image motd\n", "issue": "image issue\n", "chmodme": "c\n", "chownme": "o\n",
-    "deleteme": "d\n", "becomesdir": "f\n", "run" ".sh": "#!/bin/sh\n", "with space.conf": "s\n",
+    "deleteme": "d\n", "becomesdir": "f\n", "run.sh": "#!/bin/sh\n", "with space.conf": "s\n",
     "café.conf": "utf-8\n", "dup1": "same\n", "dup2": "same\n", "sub/a.conf": "a\n",
     "sub/b.conf": "b\n", "gone/x": "x\n", "gone/y": "y\n", "perms/p": "p\n", "linkdir/l": "l\n",
     **{f"conf.d/f{i:02}": f"{i}\n" for i in range(CONF_D)},

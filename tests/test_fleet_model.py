@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 # bench/ is scripts, not a package: load the module from its file. It is registered before it
 # runs because its dataclasses look their module up in sys.modules.
-_PATH = Path(__file__).resolve().parents[1] / "bench/fleet_model.py"
+_PATH = Path(__file__).resolve().parents[1] / "bench" / "fleet_model.py"
 _SPEC = importlib.util.spec_from_file_location("fleet_model", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 fm = importlib.util.module_from_spec(_SPEC)

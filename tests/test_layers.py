@@ -85,8 +85,7 @@ def test_the_functional_core_does_no_io() -> None:
 
 def test_the_top_of_the_package_holds_only_folders() -> None:
     loose = sorted(p.name for p in AGENT.glob("*.py"))
-    assert [f"agent/{name}" for name in loose] == ["agent/__init__.py", "agent/__main__.py",
-                                                   "agent/errors.py"]  # fmt: skip
+    assert loose == ["__init__.py", "__main__.py", "errors.py"]
 
 
 def top_level_imports(path: Path) -> set[str]:

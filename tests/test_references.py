@@ -1,13 +1,18 @@
 """Every file, folder and page the repository names is in the repository: relative links in
 Markdown, repository paths (`agent/host/bootc.py`, `docs/operate.md`), module paths relative
-to the naming file (`model/bootc_caps.py` from agent/cluster/), and every `*.md`, in the docs,
-code comments, unit files, manifests, Containerfiles and scripts. A reader of the repository
-has nothing else: material from outside is cited by URL (and commit), never by a path."""
+to the naming file's folder or to one above it (as a module names another of its package),
+and every `*.md`, in the docs, Python comments and docstrings, unit
+files, manifests, Containerfiles and scripts. A reader of the repository has nothing else:
+material from outside is cited by URL (and commit), never by a path. (A string in Python code
+is data, a file name on a host for instance, not a reference.)"""
 
 from __future__ import annotations
 
+import ast
+import io
 import re
 import subprocess
+import tokenize
 from functools import cache
 from pathlib import Path, PurePosixPath
 
@@ -20,9 +25,8 @@ TOP = ("agent", "standins", "tests", "docs", "deploy", "systemd", "containerfile
 # repository (tests/conformance/README.md says what it holds); and files of the packages the
 # agent depends on, named with their package.
 OUTSIDE_INPUTS = ("../shared/kit", "kubernetes_asyncio/")
-# tests/fixtures/: data as the real controller rendered it, not the project's words; this file:
-# its examples name paths that must not resolve.
-SKIP = ("tests/fixtures/", "tests/test_references.py")
+# tests/fixtures/: data as the real controller rendered it, not the project's words.
+SKIP = ("tests/fixtures/",)
 TEXT_SUFFIXES = {".md", ".py", ".sh", ".toml", ".yaml", ".yml", ".service", ".timer",
                  ".target", ".conf", ".txt", ".cfg", ".json", ""}  # fmt: skip
 
@@ -81,6 +85,34 @@ def names_in(text: str, path: str) -> list[tuple[int, str]]:
     return found
 
 
+def prose_of(text: str) -> str:
+    """A Python source's comments and docstrings, each on its own line number; the rest
+    blank."""
+    lines = text.splitlines()
+    kept = [""] * len(lines)
+    scopes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, scopes) and node.body:
+            first = node.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and (isinstance(first.value.value, str))
+            ):
+                for number in range(first.lineno - 1, first.end_lineno or first.lineno):
+                    kept[number] = lines[number]
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            kept[token.start[0] - 1] += " " + token.string
+    return "\n".join(kept)
+
+
+def is_python(path: str, text: str) -> bool:
+    first_line = text.split("\n", 1)[0]
+    script = not PurePosixPath(path).suffix and first_line.startswith("#!")
+    return path.endswith(".py") or (script and "python" in first_line)
+
+
 def dangling() -> list[str]:
     wrong = []
     for path in scanned():
@@ -88,6 +120,8 @@ def dangling() -> list[str]:
             text = (REPO / path).read_text()
         except UnicodeDecodeError:
             continue
+        if is_python(path, text):
+            text = prose_of(text)
         wrong += [f"{path}:{number}: {name}" for number, name in names_in(text, path)
                   if not resolves(name, path)]  # fmt: skip
     return wrong
@@ -96,6 +130,15 @@ def dangling() -> list[str]:
 def test_every_named_path_is_in_the_repository() -> None:
     wrong = dangling()
     assert not wrong, f"{len(wrong)} named paths do not resolve:\n" + "\n".join(wrong)
+
+
+def test_python_code_is_read_for_its_comments_and_docstrings_only() -> None:
+    source = ('"""See docs/nowhere.md."""\n\nNAME = "run.sh"  # and README.md\n\n\n'
+              'def f() -> None:\n    """host/simulated.py"""\n')  # fmt: skip
+    prose = prose_of(source)
+    assert prose.splitlines()[0] == '"""See docs/nowhere.md."""'
+    assert "run.sh" not in prose and "# and README.md" in prose.splitlines()[2]
+    assert "host/simulated.py" in prose.splitlines()[6]
 
 
 @pytest.mark.parametrize(

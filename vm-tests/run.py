@@ -184,7 +184,7 @@ def seed(world: World, share: Path, scenario: VmScenario) -> None:
     }.items():  # fmt: skip
         step = step.replace(key, value)
     # The share is the guest's /mnt/harness; guest/run-step.sh sources the step script there.
-    (share / Path("/mnt/harness/step.sh").name).write_text(step)
+    (share / "step.sh").write_text(step)
     shutil.copy(HERE / "guest/run-step.sh", share / "run-step")
 
 

@@ -411,7 +411,7 @@ def seed(world: World, share: Path, scenario: Scenario) -> None:
     }.items():  # fmt: skip
         step = step.replace(key, value)
     # The share is the guest's /var/mnt/harness; guest/run-step.sh sources the step script there.
-    (share / Path("/var/mnt/harness/step.sh").name).write_text(step)
+    (share / "step.sh").write_text(step)
     shutil.copy(HERE / "guest/run-step.sh", share / "run-step")
 
 

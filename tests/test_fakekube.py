@@ -19,12 +19,8 @@ import pytest_asyncio
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client import ApiClient, ApiException
 
-try:  # `tests` is importable when the repo root is on sys.path (python -m pytest)
-    from standins.kube import DESIRED_DRAIN, LAST_APPLIED_DRAIN, FakeKube, Identity
-    from standins.kube.patch import json_patch, merge_patch, strategic_merge_patch
-except ImportError:  # plain `pytest` without tests/__init__.py puts tests/ on sys.path
-    from fakekube import DESIRED_DRAIN, LAST_APPLIED_DRAIN, FakeKube, Identity
-    from fakekube.patch import json_patch, merge_patch, strategic_merge_patch
+from standins.kube import DESIRED_DRAIN, LAST_APPLIED_DRAIN, FakeKube, Identity
+from standins.kube.patch import json_patch, merge_patch, strategic_merge_patch
 
 pytestmark = pytest.mark.asyncio
 

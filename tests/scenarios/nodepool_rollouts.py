@@ -26,7 +26,7 @@ from agent.demo.objects import machine_config
 from agent.host.shared_registry import PullRecord, pull_records
 from tests.builders import ign_file
 from tests.scenarios.hostedpool import HostedBackend, HostedPool, StandInHosted
-from tests.scenarios.pool_rollouts import merged_pulls, shared_image
+from tests.scenarios.pool_rollouts import LANE_FILES, LANE_IMAGE_BYTES, merged_pulls
 
 P = "machineconfiguration.openshift.io/"
 KEY = "ssh-ed25519 AAAA-hypershift-scenario"
@@ -166,6 +166,19 @@ SCENARIOS = [live_only, image_update, max_unavailable_two, refused_then_healed,
 LANE = "image-mode-prepull-np-0"  # the NodePool's one lane (auto: 1), in np-upgrade
 
 
+def shared_image(pool: HostedPool, base: Path, pull_seconds: float) -> tuple[str, Path]:
+    """One new image on every host, pulled through one shared registry (each pull
+    `pull_seconds` alone, ten at once before they slow each other); the registry's folder
+    keeps every pull's start and end (pulls.log)."""
+    shared = base / "registry"
+    image = ""
+    for name, node in pool.nodes.items():
+        image = node.sim.add_image("quay.io/example/os:lanes", LANE_FILES)  # one digest on all
+        link = LANE_IMAGE_BYTES / pull_seconds
+        node.sim.set_shared_link(shared, registry_bps=10 * link, link_bps=link, host=name)
+    return image, shared
+
+
 async def picks_held_until_the_first_prepull(pool: HostedPool, image: str, shared: Path) -> str:
     """The target published with the upgrader held back (maxUnavailable 0: a stand-in device,
     the NodePool controller writes at least 1) until the first pre-pull runs, then let go
@@ -181,22 +194,6 @@ async def picks_held_until_the_first_prepull(pool: HostedPool, image: str, share
             await asyncio.sleep(0.05)
     pool.upgrader.set_max_unavailable(1)
     return target
-
-
-async def rolled_out_with_one_lane(pool: HostedPool, base: Path, pull_seconds: float
-                                   ) -> tuple[str, Path, str, dict[str, float]]:  # fmt: skip
-    """The shared image, the agents started and watching, the target published (picks held
-    until the first pre-pull), the rollout complete: (image, registry folder, target, each
-    Node's pick time)."""
-    image, shared = shared_image(pool.nodes, base, pull_seconds)
-    pool.start_agents()
-    await pool.kube.wait_for_watches(len(pool.nodes), "configmaps", timeout=30)
-    t = time.monotonic()
-    target = await picks_held_until_the_first_prepull(pool, image, shared)
-    await pool.wait_complete(target, timeout=120)
-    picks = {n: pool.first(n, lambda a: a.get(P + "desiredConfig") == target, t) or 0.0
-             for n in pool.nodes}  # fmt: skip
-    return image, shared, target, picks
 
 
 def pulls_of(shared: Path, image: str) -> list[PullRecord]:
@@ -224,7 +221,14 @@ async def bounded_prepulls_in_the_upgraders_order(backend: StandInHosted, base: 
     pool = await HostedPool.create(base, nodes=3, agent_args=["--refused-retry", "1"],
                                    backend=backend, logs=True, reboot_seconds=3.0)  # fmt: skip
     try:
-        image, shared, target, picks = await rolled_out_with_one_lane(pool, base, 2.0)
+        image, shared = shared_image(pool, base, pull_seconds=2.0)
+        pool.start_agents()
+        await pool.kube.wait_for_watches(3, "configmaps", timeout=30)
+        t = time.monotonic()
+        target = await picks_held_until_the_first_prepull(pool, image, shared)
+        await pool.wait_complete(target, timeout=120)
+        picks = {n: pool.first(n, lambda a: a.get(P + "desiredConfig") == target, t) or 0.0
+                 for n in pool.nodes}  # fmt: skip
         order = sorted(pool.nodes, key=lambda n: picks[n])
         assert order == ["np-0", "np-1", "np-2"], picks  # the Machines' order
         records = pulls_of(shared, image)
@@ -255,7 +259,14 @@ async def a_node_picked_out_of_order_leaves_the_queue(backend: StandInHosted, ba
     pool = await HostedPool.create(base, nodes=4, agent_args=["--refused-retry", "1"],
                                    backend=backend, logs=True, reboot_seconds=2.0)  # fmt: skip
     try:
-        image, shared, _, picks = await rolled_out_with_one_lane(pool, base, 5.0)
+        image, shared = shared_image(pool, base, pull_seconds=5.0)
+        pool.start_agents()
+        await pool.kube.wait_for_watches(4, "configmaps", timeout=30)
+        t = time.monotonic()
+        target = await picks_held_until_the_first_prepull(pool, image, shared)
+        await pool.wait_complete(target, timeout=120)
+        picks = {n: pool.first(n, lambda a: a.get(P + "desiredConfig") == target, t) or 0.0
+                 for n in pool.nodes}  # fmt: skip
         assert sorted(pool.nodes, key=lambda n: picks[n]) == ["np-0", "np-2", "np-1", "np-3"]
         records = {r.host: r for r in pulls_of(shared, image)}
         assert len(records) == 4, records

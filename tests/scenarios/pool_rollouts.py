@@ -14,7 +14,6 @@ import itertools
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -216,26 +215,17 @@ LANE_FILES = {**OS_UNITS, "usr/lib/app/healthy": "yes"}  # the OS's units, as ev
 LANE_IMAGE_BYTES = 64 * 1024 * 1024 * (1 + len(LANE_FILES))  # the simulated image's size
 
 
-def shared_image(nodes: dict[str, Any], base: Path, pull_seconds: float,
-                 tag: str = "lanes") -> tuple[str, Path]:  # fmt: skip
-    """One new image on every host (`nodes`: name -> node with its `sim`), pulled through one
-    shared registry (each pull `pull_seconds` alone, ten at once before they slow each other).
-    Returns the image and the registry's folder (its pulls.log keeps every pull's start and
-    end)."""
+async def lanes_image(mcc: MccCluster, base: Path, pull_seconds: float) -> tuple[str, Path]:
+    """One new image on every host, pulled through one shared registry (each pull
+    `pull_seconds` alone, ten at once before they slow each other), and the Nodes' zones the
+    reverse of their names, so that the controller's order is not the names' (worker-N-1
+    first). Returns the image and the registry's folder (its pulls.log)."""
     shared = base / "registry"
     image = ""
-    for name, node in nodes.items():
-        image = node.sim.add_image(f"quay.io/example/os:{tag}", LANE_FILES)  # one digest on all
+    for name, node in mcc.nodes.items():
+        image = node.sim.add_image("quay.io/example/os:lanes", LANE_FILES)  # one digest on all
         link = LANE_IMAGE_BYTES / pull_seconds
         node.sim.set_shared_link(shared, registry_bps=10 * link, link_bps=link, host=name)
-    return image, shared
-
-
-async def lanes_image(mcc: MccCluster, base: Path, pull_seconds: float) -> tuple[str, Path]:
-    """The shared image (`shared_image`), and the Nodes' zones the reverse of their names, so
-    that the controller's order is not the names' (worker-N-1 first)."""
-    image, shared = shared_image(mcc.nodes, base, pull_seconds)
-    for name in mcc.nodes:
         zone = chr(ord("a") + len(mcc.nodes) - 1 - int(name.rsplit("-", 1)[1]))
         await mcc.cluster.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {
             "topology.kubernetes.io/zone": zone}}})  # fmt: skip
@@ -500,7 +490,12 @@ async def tied_nodes_picked_out_of_name_order_leave_the_queue(
         controller.listing = lambda nodes: sorted(
             nodes, key=lambda n: picked.index(n["metadata"]["name"])
         )
-        image, shared = shared_image(mcc.nodes, base, pull_seconds=6.0, tag="tied")
+        shared = base / "registry"
+        image = ""
+        for name, node in mcc.nodes.items():
+            image = node.sim.add_image("quay.io/example/os:tied", LANE_FILES)
+            link = LANE_IMAGE_BYTES / 6.0
+            node.sim.set_shared_link(shared, registry_bps=10 * link, link_bps=link, host=name)
         digest = image.split("@")[1]
         await mcc.cluster.merge_patch(pools, {"spec": {"paused": True}})
         t = await mcc.apply(machine_config("99-worker-os", os_image=image))

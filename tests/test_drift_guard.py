@@ -39,7 +39,8 @@ class Guarded:
     async def validate(self) -> str | None:
         """A Degraded (unsettled) node's validation, as a pass runs it."""
         desired = SimpleNamespace(target=None)
-        return await self.guard.gate(self.engine, desired, settled=False, recorded=True,
+        return await self.guard.gate(self.engine, desired, settled=False, update_ahead=False,
+                                     recorded=True,
                                      image=None)  # fmt: skip
 
     def touch_force_file(self) -> None:

@@ -136,7 +136,7 @@ async def _guarded_pass(engine: Engine, desired: Desired, guard: DriftGuard) -> 
     force = await guard.forced()
     if not force:
         try:
-            reason = await guard.gate(engine, desired, settled=settled,
+            reason = await guard.gate(engine, desired, settled=settled, update_ahead=not settled,
                                       recorded=rec.current_name is not None,
                                       image=rec.current_image)  # fmt: skip
         except HostError as exc:

@@ -236,8 +236,10 @@ class ClusterAgent(ClusterInputs):
             return None
         force = journal.phase not in IN_FLIGHT and await self.drift.forced()
         if not force and journal.phase not in IN_FLIGHT:
-            idle = settled and str(journal.phase) == "idle"
-            blocked = await self._check_host(node, desired, journal, settled=idle)
+            applied = journal.update_key == desired.key and str(journal.phase) == "idle"
+            idle = settled and applied
+            blocked = await self._check_host(node, desired, journal, settled=idle,
+                                             update_ahead=not applied)  # fmt: skip
             if blocked is not None:
                 return blocked
             if idle:
@@ -254,8 +256,9 @@ class ClusterAgent(ClusterInputs):
         return outcome
 
     async def _check_host(
-        self, node: A.NodeView, desired: Desired, journal: Record, *, settled: bool
-    ) -> Outcome | None:
+        self, node: A.NodeView, desired: Desired, journal: Record, *, settled: bool,
+        update_ahead: bool,
+    ) -> Outcome | None:  # fmt: skip
         """Validate the host against its current config when it is due (update/drift_guard.py); a
         finding that an update cannot go past is reported Degraded and ends the pass (a
         drift event or a Node change brings the next one)."""
@@ -263,7 +266,8 @@ class ClusterAgent(ClusterInputs):
             return None
         recorded = journal.current_name is not None or self.mcd_record.config() is not None
         image = journal.current_image or self.mcd_record.image() or node.get(A.CURRENT_IMAGE)
-        reason = await self.drift.gate(self.engine, desired, settled=settled, recorded=recorded,
+        reason = await self.drift.gate(self.engine, desired, settled=settled,
+                                       update_ahead=update_ahead, recorded=recorded,
                                        image=image)  # fmt: skip
         if reason is None:
             return None

@@ -85,13 +85,17 @@ class DriftGuard:
         await asyncio.to_thread(self.host.files.delete, FORCE_FILE)
         self.log.info(f"{FORCE_FILE} acted on and removed")
 
-    async def gate(self, engine: Engine, desired: Desired, *, settled: bool, recorded: bool,
-                   image: str | None) -> str | None:  # fmt: skip
+    async def gate(self, engine: Engine, desired: Desired, *, settled: bool, update_ahead: bool,
+                   recorded: bool, image: str | None) -> str | None:  # fmt: skip
         """The validation a pass runs before anything else, when it is due; the Degraded
-        reason that ends the pass, or None. `settled`: nothing to update (then only a start,
-        a drift event or a stopped monitor make it due); `recorded`: a config is recorded on
-        the host (a first start's adopted one says what the cluster thinks, not what was
-        ever written here: nothing is checked against it); `image`: the one recorded."""
+        reason that ends the pass, or None. `settled`: nothing to update and nothing
+        reported (then only a start, a drift event or a stopped monitor make it due);
+        `update_ahead`: the desired state is not the one last applied, so this pass updates
+        if the host passes. They differ on a node Degraded by drift: unsettled, yet nothing
+        to update, so another booted image is reported again, never booted back without the
+        force file. `recorded`: a config is recorded on the host (a first start's adopted one
+        says what the cluster thinks, not what was ever written here: nothing is checked
+        against it); `image`: the one recorded."""
         if settled and not self.due():
             return None
         current = engine.current_config() if recorded else None
@@ -100,7 +104,7 @@ class DriftGuard:
             return None
         target = desired.target.digest if desired.target else None
         return await self._check(current, engine.policy, image or current.os_image_url,
-                                 before_update=not settled, target=target)  # fmt: skip
+                                 before_update=update_ahead, target=target)  # fmt: skip
 
     async def _check(self, config: MachineConfig, policy: LivePolicy, image: str | None, *,
                      before_update: bool, target: str | None) -> str | None:  # fmt: skip

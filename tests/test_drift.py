@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from agent.core.policy import FORCE_FILE, SSH_KEYS_PATH
 from agent.model.imageref import parse_image_ref
 from standins.demo.loopback import Cluster, P
-from tests.scenarios.harness import free_port, until
+from tests.scenarios.harness import free_port, until, wait_metric
 
 pytestmark = pytest.mark.asyncio
 KEY = "ssh-ed25519 AAAA-one"
@@ -93,22 +92,6 @@ class Drifting:
                 raise AssertionError(f"validation never {'passed' if ok else 'failed'}: {seen}")
             await asyncio.sleep(0.05)
         return seen
-
-    async def validated_since(self, since: float, result: str = "drift") -> None:
-        """Until the agent has validated the host after `since` (wall clock), as its
-        validation-timestamp metric says."""
-        pattern = re.compile(r'image_mode_agent_validation_timestamp_seconds\{result="'
-                             + result + r'"\} (\S+)')  # fmt: skip
-        url = f"http://127.0.0.1:{self.port}/metrics"
-        timeout = aiohttp.ClientTimeout(total=5)
-
-        async with aiohttp.ClientSession(timeout=timeout) as session, asyncio.timeout(20):
-            while True:
-                async with session.get(url) as response:
-                    found = pattern.search(await response.text())
-                if found is not None and float(found.group(1)) > since:
-                    return
-                await asyncio.sleep(0.05)
 
     async def degraded(self, text: str) -> str:
         annotations = await self.cluster.wait_annotations(
@@ -267,7 +250,8 @@ async def test_another_image_booted_by_hand_is_drift_and_the_force_file_boots_ba
     assert d.cluster.images["v2"].split("@")[1] in reason
     # The Degraded report wakes the agent's Node watch: that pass validates again and must
     # stop there too (it once took the node for an update ahead and booted v1 unforced).
-    await d.validated_since(d.state_since["Degraded"])
+    drift = 'image_mode_agent_validation_timestamp_seconds{result="drift"}'
+    await wait_metric(d.port, drift, d.state_since["Degraded"])
     d.cluster.kube.enable_drain_controller(delay=0.1)  # the way back drains, as any update
     d.host(FORCE_FILE).touch()
     try:  # the reboot back

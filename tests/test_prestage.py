@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from agent.update.journal import Journal
 from standins.bootc_releases import PERSONAS, features_of
 from standins.demo.loopback import SA_RULES, SCOPED_SA_RULES, Cluster, P
 from standins.host.simulated import SimulatedBootc
-from tests.scenarios.harness import free_port, until
+from tests.scenarios.harness import free_port, metric, until, wait_metric
 from tests.simhost import Killed, World
 
 WORKER = {"node-role.kubernetes.io/worker": ""}
@@ -219,25 +218,10 @@ class Pools:
         return proc
 
     async def metric(self, line_prefix: str) -> float:
-        def scrape() -> str:
-            url = f"http://127.0.0.1:{self.port}/metrics"
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                return answer.read().decode()
-
-        for line in (await asyncio.to_thread(scrape)).splitlines():
-            if line.startswith(line_prefix + " "):
-                return float(line.split()[-1])
-        return 0.0
+        return await metric(self.port, line_prefix)
 
     async def wait_metric(self, line_prefix: str, at_least: float, timeout: float = 20) -> None:
-        async with asyncio.timeout(timeout):
-            while True:
-                try:
-                    if await self.metric(line_prefix) >= at_least:
-                        return
-                except OSError:
-                    pass  # endpoints not up yet
-                await asyncio.sleep(0.1)
+        await wait_metric(self.port, line_prefix, at_least, timeout)
 
     def staged(self) -> dict[str, Any] | None:
         return self.c.sim.status_document()["status"]["staged"]

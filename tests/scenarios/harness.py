@@ -83,6 +83,30 @@ async def wait_logged(path: Path, *texts: str, count: int = 1, timeout: float = 
     await until(seen, timeout, f"{count} line(s) with {texts} in {path}")
 
 
+async def metric(port: int, line_prefix: str) -> float:
+    """The value of the agent's metric line that starts with `line_prefix` (name and
+    labels) on 127.0.0.1:`port`; 0.0 when there is none yet."""
+    timeout = aiohttp.ClientTimeout(total=5)
+    url = f"http://127.0.0.1:{port}/metrics"
+    async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as answer:
+        text = await answer.text()
+    for line in text.splitlines():
+        if line.startswith(line_prefix + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def wait_metric(port: int, line_prefix: str, at_least: float,
+                      timeout: float = 20) -> None:  # fmt: skip
+    """Until that metric reaches `at_least` (the endpoints may not be up yet)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            with contextlib.suppress(OSError, aiohttp.ClientError):
+                if await metric(port, line_prefix) >= at_least:
+                    return
+            await asyncio.sleep(0.1)
+
+
 def _copy_pty(master: int, sink: Path) -> None:
     """Copy what the agent writes to its terminal into `sink` until every writer closed it."""
     with open(sink, "ab") as out:

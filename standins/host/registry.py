@@ -101,12 +101,21 @@ class SharedLink:
         entry.path.unlink(missing_ok=True)
         self._log("end", {**entry.fields, "outcome": outcome, "fetched": fetched})
 
+    def hold_path(self, host: str) -> Path:
+        """While this file exists, `host`'s pulls move nothing (a test's pause of one pull)."""
+        return self.directory / f"{host}.hold"
+
     async def transfer(self, size: float) -> None:
         """Move `size` bytes at the rate each tick allows (the rate of a tick holds for the
         time it really took, so a late wake-up neither loses nor gains bytes)."""
         left = float(size)
         last = time.monotonic()
+        held = self.hold_path(self.host)
         while left > 0:
+            if held.exists():
+                await asyncio.sleep(TICK)
+                last = time.monotonic()
+                continue
             rate = self.rate()
             await asyncio.sleep(min(TICK, left / rate))
             now = time.monotonic()

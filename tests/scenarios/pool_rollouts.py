@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from standins.host.registry import PullRecord, pull_records
+from standins.host.registry import PullRecord, SharedLink, pull_records
 from standins.kube import NodeController
 from tests.scenarios.backend import MCO_NS, PoolBackend
 from tests.scenarios.mcd_node import OS_UNITS
@@ -471,8 +471,10 @@ async def tied_nodes_picked_out_of_name_order_leave_the_queue(
     worker-3. worker-2 is picked while worker-1 pre-pulls through the one lane and worker-3
     waits: it leaves the queue at its turn, and the lane goes to worker-3 as soon as worker-1 is
     through, while worker-2 still pulls. Stand-ins only: the real controller's tie cannot be
-    steered. The pool is paused (it still publishes its target) until the first pre-pull runs,
-    so that the first pick comes during it."""
+    steered. The pool is paused (it still publishes its target) until worker-1's pre-pull has
+    run a second, so that the first pick comes during it; worker-1's pull is then held (the
+    shared registry's hold file) until worker-2 is picked, however long worker-0's turn takes
+    on a loaded machine."""
     picked = ["worker-0", "worker-2", "worker-1", "worker-3"]
     pools = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker"
     # Pulls (6 s) longer than a turn's drain, reboot (2 s) and restart, so that worker-2's turn
@@ -501,9 +503,16 @@ async def tied_nodes_picked_out_of_name_order_leave_the_queue(
         t = await mcc.apply(machine_config("99-worker-os", os_image=image))
         r1 = await mcc.wait_new_rendered(r0)
         async with asyncio.timeout(60):
-            while not pull_records(shared, digest):
+            while not any(r.host == "worker-1" for r in pull_records(shared, digest)):
                 await asyncio.sleep(0.05)
+        # A sixth of worker-1's pre-pull, then it waits for worker-2's pick: the lane is still
+        # worker-1's at that pick however long worker-0's turn takes on a loaded machine.
+        await asyncio.sleep(1.0)
+        hold = SharedLink(shared, 0, 0, "worker-1").hold_path("worker-1")
+        hold.touch()
         await mcc.cluster.merge_patch(pools, {"spec": {"paused": False}})
+        await mcc.wait_annotation("worker-2", P + "desiredConfig", r1, timeout=120)
+        hold.unlink()
         await mcc.wait_updated(r1, timeout=300)
         total = time.monotonic() - t
 

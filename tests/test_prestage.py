@@ -237,6 +237,12 @@ class Pools:
         return [e for e in self.c.kube.list("Event", namespace="default")
                 if e.get("reason") == reason]  # fmt: skip
 
+    async def wait_events(self, reason: str, timeout: float = 10) -> list[dict[str, Any]]:
+        """The Events with this reason, once there is one: the agent posts an Event after it
+        sets the metric a test waits for."""
+        await until(lambda: self.events(reason), timeout, f"an Event {reason}")
+        return self.events(reason)
+
     def journal_prestage(self) -> str | None:
         return Journal(self.c.sim.root / "var/lib/image-mode-agent/journal.json").load().prestage
 
@@ -279,7 +285,7 @@ async def test_pool_target_prestaged_then_the_turn_pulls_nothing(pools: Pools) -
     await pools.wait_metric('image_mode_agent_prestage_state{state="staged"}', 1)
     untouched(c.annotations(), c.kube.get("Node", c.node))
     assert c.node_writes() == writes  # the Node was not written at all
-    assert [e["type"] for e in pools.events("OSImagePrestaged")] == ["Normal"]
+    assert [e["type"] for e in await pools.wait_events("OSImagePrestaged")] == ["Normal"]
     assert pools.journal_prestage() == c.images["slow"]
     c.kube.enable_drain_controller()
     c.set_desired("rendered-worker-2")
@@ -339,7 +345,7 @@ async def test_on_a_bootc_without_download_only_the_target_is_pre_pulled(pools: 
     assert pools.staged() is None  # nothing staged: no reboot of any kind boots it
     untouched(c.annotations(), c.kube.get("Node", c.node))
     assert c.node_writes() == writes
-    [event] = pools.events("OSImagePrepulled")
+    [event] = await pools.wait_events("OSImagePrepulled")
     assert "bootc 1.12.0 has no switch --download-only" in event["message"]
     assert pools.events("OSImagePrestaged") == []
     # An admin stages something else: bootc's prune drops the pre-pulled image; the next
@@ -420,7 +426,7 @@ async def test_failed_prestage_retries_and_never_makes_the_node_unavailable(
     pools.set_pool("worker", "rendered-worker-2")
     failures = 'image_mode_agent_prestage_failures_total{kind="image-missing"}'
     await pools.wait_metric(failures, 3)  # retried with backoff
-    (event,) = pools.events("OSImagePrestageFailed")
+    (event,) = await pools.wait_events("OSImagePrestageFailed")
     assert event["type"] == "Warning" and "image-missing" in event["message"]
     assert "retrying" in event["message"]
     untouched(c.annotations(), c.kube.get("Node", c.node))
@@ -435,7 +441,7 @@ async def test_out_of_space_stops_the_prestage_with_a_clear_event(pools: Pools) 
     c.sim.set_disk_full(True)
     pools.set_pool("worker", "rendered-worker-2")
     await pools.wait_metric('image_mode_agent_prestage_state{state="stopped"}', 1)
-    await until(lambda: pools.events("OSImagePrestageFailed"))  # its report, then nothing
+    await pools.wait_events("OSImagePrestageFailed")  # its report, then nothing
     # A timer's test: a retry (after 0.3 s, plus up to 1 s of jitter) would have failed again.
     await asyncio.sleep(1.5)
     assert await pools.metric('image_mode_agent_prestage_failures_total{kind="disk-space"}') == 1
@@ -595,8 +601,7 @@ async def test_two_custom_pools_mean_no_prestage_and_a_warning(pools: Pools) -> 
         pools.set_pool(name, "rendered-worker-2", {name: ""})
     await pools.start()
     await c.wait_done("rendered-worker-1")
-    await until(lambda: pools.events("PrestageSkipped"))
-    (event,) = pools.events("PrestageSkipped")
+    (event,) = await pools.wait_events("PrestageSkipped")
     assert "2 custom pools (a, b)" in event["message"]
     # The event is sent as the pool is found unusable, before the step ends: a pre-stage
     # started in spite of it would be staged (v2 pulls at once) within this second.

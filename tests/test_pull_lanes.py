@@ -235,6 +235,9 @@ def record(holder: str | None = None, target: str | None = "r2", passed: tuple[i
         (record("p", holder_rank=3), True, False, Verdict.TAKE, "its lease expired", (1, 3)),
         (record("older", holder_rank=1), True, False, Verdict.WAIT, "waiting for p", ()),
         (record("me"), False, False, Verdict.MINE, "holds", ()),
+        # Its own hold for the last rollout (a release its watch has not brought yet): the
+        # order decides, never "mine" (a pre-pull would start beside the lane's rightful one).
+        (record("me", target="r1"), False, False, Verdict.WAIT, "waiting for p (rank 3)", ()),
         (record(target="r1", passed=(1, 3, 9)), False, False, Verdict.WAIT, "waiting for p", ()),
     ],
 )  # fmt: skip
@@ -249,6 +252,8 @@ def test_the_first_of_a_lane_takes_it_free_or_from_another_rollout() -> None:
     assert decide(None, "me", first, expired=False, skip=False).verdict == Verdict.TAKE
     stale = record(target="r1", passed=(7,))
     assert decide(stale, "me", first, expired=False, skip=False).verdict == Verdict.TAKE
+    own = record("me", target="r1", holder_rank=4)  # its own hold of the last rollout
+    assert decide(own, "me", first, expired=False, skip=False).verdict == Verdict.TAKE
 
 
 @pytest.mark.parametrize(

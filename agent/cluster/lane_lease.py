@@ -14,6 +14,7 @@ nodes cannot hand a slot to two holders."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -127,6 +128,16 @@ def blocking(record: LaneRecord | None, queue: Queue) -> list[int]:
     return [rank for rank, _ in queue.before if rank not in passed]
 
 
+def as_read_by(record: LaneRecord | None, me: str, target: str) -> LaneRecord | None:
+    """The record as this node's pre-pull for `target` reads it. Its own hold for another
+    rollout (a release it wrote that its watch has not brought yet, or one lost at a crash)
+    holds nothing: nobody else holds the lane, and it is not this rollout's to keep, so the
+    order decides as for a free lane."""
+    if record is not None and record.holder == me and record.target != target:
+        return dataclasses.replace(record, holder=None)
+    return record
+
+
 def decide(
     record: LaneRecord | None, me: str, queue: Queue, *, expired: bool, skip: bool
 ) -> Decision:
@@ -134,6 +145,7 @@ def decide(
     lease expired) and every lower rank of the lane that still waited when this node listed
     them must be through: pulled, picked by the controller (its turn came: it left the queue),
     or waited for `skip` long (it is down, or runs no bounded pre-pull)."""
+    record = as_read_by(record, me, queue.target)
     if record is not None and record.holder == me:
         return Decision(Verdict.MINE, "this node holds the lane")
     if record is not None and record.holder is not None and not expired:

@@ -288,9 +288,12 @@ class Prestager:
         queue at once: the controller picked it (perhaps before the order said), so the lane
         goes to the next node still waiting as soon as the holder is through, not after this
         turn's own pull. The update does not wait for any of this."""
-        desired = A.NodeView.of(self.node.obj or {}).desired_config
+        node = A.NodeView.of(self.node.obj or {})
+        desired = node.desired_config
         if not self.options.bounded or desired is None or self._passed == desired:
             return
+        if node.get(A.CURRENT_CONFIG) == desired:
+            return  # no turn: a pass on a node already at the pool's config pulls nothing
         if self._turn is not None and not self._turn.done():
             return
         self._turn_over.clear()

@@ -23,6 +23,7 @@ from agent.cluster.lane_lease import (
     Decision,
     LaneRecord,
     Verdict,
+    as_read_by,
     decide,
     lease_name,
     micro_time,
@@ -136,7 +137,7 @@ class PullLane:
         while True:
             self._changed.clear()
             lease = watch.obj
-            record = self._observe(lease)
+            record = as_read_by(self._observe(lease), self.me, self.queue.target)
             expired = self._expired(record)
             free = record is None or record.holder is None or expired
             if free and blocked_since is None:

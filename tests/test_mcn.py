@@ -388,12 +388,13 @@ class _Writer:
         *,
         watched: dict[str, Any] | None = None,
         read_node: bool = False,
+        rules: list[Any] = SA_RULES,
     ) -> None:
         kube.put({"apiVersion": "v1", "kind": "Node",
                   "metadata": {"name": N, "labels": labels, "annotations": {
                       P + "desiredConfig": "rendered-worker-2",
                       P + "currentConfig": "rendered-worker-1"}}})  # fmt: skip
-        sa = kube.service_account("openshift-machine-config-operator", "agent", SA_RULES)
+        sa = kube.service_account("openshift-machine-config-operator", "agent", rules)
         self.client = ApiClient(kube.client_configuration(sa))
         self.node_client = ApiClient(kube.client_configuration(kube.node_identity(N)))
         self.kube = kube
@@ -500,6 +501,70 @@ async def test_writer_merges_what_a_controller_wrote_meanwhile(kube: FakeKube) -
         status = M.Status.from_json(kube.get("MachineConfigNode", N)["status"])
         assert shown(status) == {PREPARED: T, EXECUTED: U, "Cordoned": T}
         assert kube.count_requests(verb="patch", resource="machineconfignodes") == 3
+    finally:
+        await w.close()
+
+
+async def test_writer_sets_the_spec_from_the_node_when_the_update_is_prepared(
+    kube: FakeKube,
+) -> None:
+    """The controller writes the spec's desired config when it aims the Node, once, and not
+    again when that write fails (openshift/machine-config-operator 7ff337a4
+    pkg/controller/node/node_controller.go: UpdateMachineConfigNodeSpecDesiredAnnotations,
+    its error only logged); the MCD applies the spec from its Node at "Update Compatible"
+    (pkg/daemon/update.go: GenerateAndApplyMachineConfigNodeSpec), and so does the agent:
+    a spec left behind is set right at the next update, and one that matches is not
+    written."""
+    w = _Writer(kube, {ROLE + "worker": ""})
+    try:
+        w.writer.record(M.needs_update(N))
+        assert await w.writer.flush()
+        stale = kube.get("MachineConfigNode", N)
+        stale["spec"]["configVersion"] = {"desired": "rendered-worker-1"}  # the write lost
+        kube.put(stale)
+        w.writer.record(M.needs_update(N))  # a step with no preparation leaves the spec
+        assert await w.writer.flush()
+        assert kube.get("MachineConfigNode", N)["spec"]["configVersion"] == {
+            "desired": "rendered-worker-1"
+        }
+        w.writer.record(M.prepared(drain=True))
+        assert await w.writer.flush()
+        obj = kube.get("MachineConfigNode", N)
+        assert obj["spec"] == {"node": {"name": N}, "pool": {"name": "worker"},
+                               "configVersion": {"desired": "rendered-worker-2"}}  # fmt: skip
+        assert shown(M.Status.from_json(obj["status"]))[PREPARED] == T  # the status kept
+        patches = w.requests("patch")
+        w.writer.record(M.updated(N))
+        w.writer.record(M.needs_update(N))
+        w.writer.record(M.prepared(drain=True))  # the next update: the spec matches
+        assert await w.writer.flush()
+        assert w.requests("patch") == patches + 1  # the status only
+    finally:
+        await w.close()
+
+
+async def test_writer_without_the_spec_grant_writes_the_status_and_leaves_the_spec(
+    kube: FakeKube, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent upgraded before its RBAC (no patch on machineconfignodes): the status is
+    written, the spec stays the controller's, the refusal is said once and not retried."""
+    rules = [r for r in SA_RULES if r != ("patch", "machineconfiguration.openshift.io",
+                                          "machineconfignodes")]  # fmt: skip
+    w = _Writer(kube, {ROLE + "worker": ""}, rules=rules)
+    try:
+        w.writer.record(M.needs_update(N))
+        assert await w.writer.flush()
+        stale = kube.get("MachineConfigNode", N)
+        stale["spec"]["configVersion"] = {"desired": "rendered-worker-1"}
+        kube.put(stale)
+        for _ in range(2):
+            w.writer.record(M.updated(N))
+            w.writer.record(M.prepared(drain=True))
+            assert await w.writer.flush()  # nothing kept to write again
+        obj = kube.get("MachineConfigNode", N)
+        assert shown(M.Status.from_json(obj["status"]))[PREPARED] == T
+        assert obj["spec"]["configVersion"] == {"desired": "rendered-worker-1"}
+        assert capsys.readouterr().out.count("MachineConfigNode spec not set") == 1
     finally:
         await w.close()
 

@@ -97,6 +97,9 @@ class Change:
 
     parent: Condition
     child: Condition | None = None
+    # The MCD applies the spec from its Node at this step too (update.go, after "Update
+    # Compatible"): the controller's own write of it is not retried when it fails.
+    sync_spec: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,8 @@ def prepared(drain: bool) -> Change:
             TRUE,
             "Update Compatible. Post Cfg Actions: [] "
             f"Drain Required: {'true' if drain else 'false'}",
-        )
+        ),
+        sync_spec=True,
     )
 
 
@@ -412,3 +416,23 @@ def new_machine_config_node(node: str, pool: str, desired: str | None, uid: str)
             "configVersion": {"desired": desired or NOT_YET_SET},
         },
     }
+
+
+def spec_patch(
+    obj: dict[str, Any], node: str, pool: str, desired: str | None
+) -> dict[str, Any] | None:
+    """The merge patch that makes the object's spec say what the Node says, as the MCD's
+    GenerateAndApplyMachineConfigNodeSpec applies it at "Update Compatible"; None when its
+    node, pool and desired config already match (the MCD's no-diff guard)."""
+    spec = obj.get("spec") or {}
+    wanted = {
+        "node": {"name": node},
+        "pool": {"name": pool},
+        "configVersion": {"desired": desired or NOT_YET_SET},
+    }
+    current = {
+        "node": {"name": (spec.get("node") or {}).get("name")},
+        "pool": {"name": (spec.get("pool") or {}).get("name")},
+        "configVersion": {"desired": (spec.get("configVersion") or {}).get("desired")},
+    }
+    return None if current == wanted else {"spec": wanted}

@@ -20,6 +20,7 @@ from agent.cluster.mcn import (
     Versions,
     fold,
     new_machine_config_node,
+    spec_patch,
 )
 from agent.cluster.pool import PoolError, node_pool
 
@@ -63,6 +64,7 @@ class MachineConfigNodeWriter:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._last_error = ""
+        self._spec_refused = ""
         self.log = structlog.get_logger("mcn")  # bound per call: configured logging applies
 
     def record(self, change: Change) -> None:
@@ -125,6 +127,39 @@ class MachineConfigNodeWriter:
             return True
 
     async def _write(self, steps: list[tuple[Change, Versions]]) -> None:
+        await self._write_status(steps)
+        synced = [versions for change, versions in steps if change.sync_spec]
+        if synced:
+            await self._write_spec(synced[-1])
+
+    async def _write_spec(self, versions: Versions) -> None:
+        """The spec from the Node, as the MCD applies it at "Update Compatible": the
+        controller writes it when it aims the Node, but does not retry a write that failed
+        (or found no object yet), and the pool's status is counted from it."""
+        obj = self._known or await self._read_or_create(versions)
+        if obj is None:
+            return
+        pool = await node_pool(self.api, self._node() or {})
+        body = spec_patch(obj, self.node_name, pool, versions.desired)
+        if body is None:
+            return
+        try:
+            self._known = await self.api.patch(self.path, body)
+        except KubeError as exc:
+            if exc.status not in (401, 403):
+                raise
+            # An agent upgraded before its RBAC: the status is written; the spec is the
+            # controller's to keep, as before. Said once per distinct refusal, never retried.
+            if str(exc) != self._spec_refused:
+                self.log.warning("MachineConfigNode spec not set: patch on machineconfignodes "
+                                 "not granted (deploy/rbac.yaml)", node=self.node_name,
+                                 error=str(exc))  # fmt: skip
+                self._spec_refused = str(exc)
+            return
+        self.log.info("MachineConfigNode spec set from the Node", node=self.node_name,
+                      desired=versions.desired, pool=pool)  # fmt: skip
+
+    async def _write_status(self, steps: list[tuple[Change, Versions]]) -> None:
         for _ in range(5):  # conflicts with other writers (the controllers) are retried
             obj = self._known or await self._read_or_create(steps[-1][1])
             if obj is None:

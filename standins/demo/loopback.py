@@ -31,6 +31,7 @@ SA_RULES = [
     ("create", "", "pods/eviction"),
     ("get", "machineconfiguration.openshift.io", "machineconfignodes"),
     ("create", "machineconfiguration.openshift.io", "machineconfignodes"),
+    ("patch", "machineconfiguration.openshift.io", "machineconfignodes"),
     ("patch", "machineconfiguration.openshift.io", "machineconfignodes/status"),
     ("update", "machineconfiguration.openshift.io", "machineconfignodes/status"),
 ]

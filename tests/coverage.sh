@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Coverage of agent/ by the default test run: `tests/coverage.sh [PYTEST ARGS]`.
+# Coverage of agent/ by the default test run: `tests/coverage.sh [PYTEST ARGS]` (`-m ''` adds the
+# rollout tier, tests/rollouts.sh).
 # The agent processes the tests start (`python -m agent run ...`) are measured too: most of the
 # agent runs there (pyproject.toml's [tool.coverage.run]). Not measured: agents started by
 # systemd or inside the system and VM tiers' machines. Writes build/coverage/html/index.html

@@ -460,6 +460,13 @@ SCENARIOS = (
     kubelet_config_refused_then_healed,
     serving_ca_rotation_rewrites_the_kubeconfigs,
 )
+# Pools whose pre-pulls take seconds through the shared simulated registry, so that their order
+# and overlap can be measured: the stand-ins run them in the rollout tier (tests/rollouts.sh).
+TIMED_PULLS = (
+    pool_target_prestaged_before_each_nodes_turn,
+    pool_prepulls_one_lane_in_the_controllers_order,
+    pool_prepull_holder_killed_mid_pull_is_taken_over,
+)
 
 
 async def tied_nodes_picked_out_of_name_order_leave_the_queue(

@@ -1,6 +1,7 @@
 """The pre-stager checks a pre-pull again after a wake-up that came while the pull's task was
 still ending (giving its lane back): that wake-up may be an administrator's stage, whose prune
-dropped the pulled image. Without the check the node's turn fetches the whole image."""
+dropped the pulled image. Without the check the node's turn fetches the whole image. And a
+pass on a node already at its pool's config is no turn: it takes no lane."""
 
 from __future__ import annotations
 
@@ -95,3 +96,38 @@ async def test_a_wake_up_while_the_pre_pull_gives_its_lane_back_is_checked_after
     finally:
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+
+
+class TurnLane(SlowLane):
+    """A lane that counts the turns that tried to take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+        self.released.set()
+
+    async def try_take(self) -> bool:
+        self.tries += 1
+        return True
+
+
+def node_at(desired: str, current: str) -> SimpleNamespace:
+    notes = {"machineconfiguration.openshift.io/desiredConfig": desired,
+             "machineconfiguration.openshift.io/currentConfig": current}  # fmt: skip
+    return SimpleNamespace(name="worker-0", obj={"metadata": {"name": "worker-0",
+                                                              "annotations": notes}})  # fmt: skip
+
+
+async def test_a_pass_on_a_node_at_its_config_is_no_turn_and_takes_no_lane() -> None:
+    """An update pass on a node already at the pool's config (a first start, a forced
+    re-apply) pulls nothing: its lane is left alone. A hold of it for that config, released
+    as the next rollout began, once let this node's pre-pull start beside the lane's rightful
+    holder. A node the controller picked takes its lane at its turn."""
+    for current, tries in (("rendered-worker-2", 0), ("rendered-worker-1", 1)):
+        lane = TurnLane()
+        prestager = Prestager(node_at("rendered-worker-2", current), Engine(), Events(),
+                              Metrics(), Source(lane), PrestageOptions())  # type: ignore[arg-type]  # fmt: skip
+        async with asyncio.timeout(5):
+            async with prestager.paused():
+                await asyncio.sleep(0.05)  # the turn's task, if any, has run
+        assert lane.tries == tries, current

@@ -135,7 +135,7 @@ class MachineConfigNodeWriter:
     async def _write_spec(self, versions: Versions) -> None:
         """The spec from the Node, as the MCD applies it at "Update Compatible": the
         controller writes it when it aims the Node, but does not retry a write that failed
-        (or found no object yet), and the pool's status is counted from it."""
+        (or found no object yet), and `oc get machineconfignode` shows it."""
         obj = self._known or await self._read_or_create(versions)
         if obj is None:
             return

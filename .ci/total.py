@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import re
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from junit_count import count  # beside this script
 
 COUNT = re.compile(r"^[\w-]+: (\d+) passed, (\d+) failed$", re.M)
 NOT_RUN = re.compile(r"^([\w-]+): not run \((.+)\)$", re.M)
 
 
 def main(results: Path, logs: list[str]) -> int:
-    suite = ET.parse(results / "pytest.xml").getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    bad = int(suite.get("failures")) + int(suite.get("errors"))
-    passed, failed = int(suite.get("tests")) - bad - int(suite.get("skipped")), bad
+    passed, failed = count(results / "pytest.xml")
     broken = False
     for log in logs:
         text = (results / log).read_text(errors="replace")
-        if count := COUNT.findall(text):
-            passed, failed = passed + int(count[-1][0]), failed + int(count[-1][1])
+        if counted := COUNT.findall(text):
+            passed, failed = passed + int(counted[-1][0]), failed + int(counted[-1][1])
         elif not_run := NOT_RUN.search(text):
             print(f"not counted: {not_run.group(1)} not run ({not_run.group(2)})")
         else:

@@ -11,14 +11,5 @@ trap 'rm -f "$report"' EXIT
 rc=0
 timeout "${IMA_ROLLOUT_TIMEOUT:-900}" .venv/bin/python -m pytest -q -p no:cacheprovider \
     -m rollout --junitxml="$report" "$@" || rc=$?
-.venv/bin/python - "$report" <<'PY' || rc=1
-import sys
-import xml.etree.ElementTree as ET
-
-root = ET.parse(sys.argv[1]).getroot()
-suite = root if root.tag == "testsuite" else root.find("testsuite")
-failed = int(suite.get("failures")) + int(suite.get("errors"))
-passed = int(suite.get("tests")) - failed - int(suite.get("skipped"))
-print(f"rollout: {passed} passed, {failed} failed")
-PY
+.venv/bin/python .ci/junit_count.py rollout "$report" || rc=1
 exit "$rc"
